@@ -1,0 +1,261 @@
+"""Plotly figures. The only module that imports plotly; compute stays in tables/insights.
+
+The timeline draws one lane per CPU thread (ops stacked by depth) and one per GPU stream.
+It stays light whatever the trace size: past `MAX_BARS`, events that share a lane, depth
+and time bucket are merged into one bar, and the title says how many were merged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from profiling.kernels import decode
+from profiling.tables import FORWARD, structure
+from profiling.trace import GPU_ACTIVITY, Trace
+
+MAX_BARS = 3000
+MAX_DEPTH = 6  # deeper CPU ops fold into the last row of their lane
+MAX_MARKS = 40  # window/step shading shapes
+COLORS = {
+    "user_annotation": "#9e9e9e",
+    "cpu_op": "#4c78a8",
+    "python_function": "#72b7b2",
+    "cuda_runtime": "#f58518",
+    "cuda_driver": "#e45756",
+    "kernel": "#54a24b",
+    "gpu_memcpy": "#b279a2",
+    "gpu_memset": "#ff9da6",
+    "gpu_user_annotation": "#bab0ac",
+}
+OTHER_COLOR = "#bbbbbb"
+
+
+def _hover(row: Any) -> str:
+    text = f"<b>{str(row.name)[:120]}</b><br>{row.cat} · {row.dur:.1f} µs"
+    if isinstance(row.input_dims, list) and row.input_dims:
+        text += f"<br>shapes: {str(row.input_dims)[:120]}"
+    if row.cat == "kernel":
+        text += (
+            f"<br>grid {row.grid} block {row.block} · {row.registers:.0f} regs/thread"
+            f" · occupancy {row.occupancy:.0f}%<br>{decode(str(row.name)).summary[:160]}"
+        )
+    if row.cat == "gpu_memcpy" and row.bytes == row.bytes:
+        text += f"<br>{row.bytes:.0f} bytes"
+    return text
+
+
+def _lanes(events: pd.DataFrame) -> tuple[pd.Series, list[tuple[str, int]]]:
+    """Each event's lane label, and the lanes in display order: CPU threads first, then streams."""
+    gpu = events["cat"].isin((*GPU_ACTIVITY, "gpu_user_annotation"))
+    label = np.where(gpu, "GPU " + events["pid"] + " stream " + events["tid"], "CPU thread " + events["tid"])
+    label = pd.Series(label, index=events.index)
+    rows = events.groupby(label)["depth"].max().clip(upper=MAX_DEPTH)
+    order = sorted(rows.index, key=lambda lane: (lane.startswith("GPU"), lane))
+    return label, [(lane, int(rows[lane]) + 1) for lane in order]
+
+
+def _merge(events: pd.DataFrame, max_bars: int) -> tuple[pd.DataFrame, int]:
+    """Merge events per (lane, depth, time bucket) until at most `max_bars` remain."""
+    if len(events) <= max_bars:
+        return events.assign(merged=1), 0
+    span = float(events["end"].max() - events["ts"].min()) or 1.0
+    buckets = max_bars
+    while True:
+        bucket = ((events["ts"] - events["ts"].min()) / span * buckets).astype(np.int64)
+        keys = [events["lane"], events["depth"], bucket]
+        groups = events.groupby(keys, sort=False)
+        if groups.ngroups <= max_bars or buckets <= 1:
+            break
+        buckets //= 2
+    merged = groups.agg(
+        name=("name", "first"),
+        cat=("cat", "first"),
+        ts=("ts", "min"),
+        end=("end", "max"),
+        dur=("dur", "sum"),
+        merged=("name", "size"),
+    ).reset_index(drop=True)
+    merged["lane"] = groups["lane"].first().to_numpy()
+    merged["depth"] = groups["depth"].first().to_numpy()
+    return merged, int(len(events) - len(merged))
+
+
+def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go.Figure:
+    """CPU and GPU lanes, colour by category, the first `focus` window in view at first."""
+    ev = trace.complete
+    s = structure(trace)
+    ev = ev.assign(depth=np.clip(s.depth[ev.index], 0, MAX_DEPTH))
+    # "Trace" is the profiler's own span over everything: it would only hide the rest.
+    ev = ev[(ev["name"] != "") & (ev["cat"] != "Trace")]
+    fig = go.Figure()
+    if ev.empty:
+        fig.update_layout(title="No timed events in this trace")
+        return fig
+    t0 = float(ev["ts"].min())
+    label, lanes = _lanes(ev)
+    ev = ev.assign(lane=label)
+    base_row, ticks = {}, []
+    row = 0
+    for lane, depth in lanes:
+        base_row[lane] = row
+        ticks.append((row, lane))
+        row += depth + 1  # a blank row between lanes
+    # Draw the longest first: with a bar budget, long bars are what a reader needs to see.
+    ev = ev.sort_values("dur", ascending=False)
+    drawn, merged = _merge(ev, max_bars)
+    drawn = drawn.assign(y=drawn["lane"].map(base_row) + drawn["depth"])
+    exact = drawn["merged"] == 1
+    hover = pd.Series("", index=drawn.index)
+    if exact.any():
+        hover[exact] = (
+            [_hover(r) for r in ev.loc[drawn.index[exact]].itertuples()]
+            if merged == 0
+            else [
+                f"<b>{str(n)[:120]}</b><br>{c} · {d:.1f} µs"
+                for n, c, d in zip(drawn["name"][exact], drawn["cat"][exact], drawn["dur"][exact], strict=False)
+            ]
+        )
+    hover[~exact] = [
+        f"<b>{k} events merged</b> (first: {str(n)[:80]})<br>{c} · {d:.1f} µs busy"
+        for k, n, c, d in zip(
+            drawn["merged"][~exact], drawn["name"][~exact], drawn["cat"][~exact], drawn["dur"][~exact], strict=False
+        )
+    ]
+    for cat, group in drawn.groupby("cat", sort=False):
+        fig.add_trace(
+            go.Bar(
+                name=str(cat) or "other",
+                base=((group["ts"] - t0) / 1e3).round(4).tolist(),
+                x=((group["end"] - group["ts"]).clip(lower=1e-3) / 1e3).round(4).tolist(),
+                y=group["y"].tolist(),
+                orientation="h",
+                marker_color=COLORS.get(str(cat), OTHER_COLOR),
+                hovertext=hover[group.index].tolist(),
+                hoverinfo="text",
+                width=0.8,
+            )
+        )
+    _mark_windows(fig, trace, t0)
+    windows = trace.complete[(trace.complete["cat"] == "user_annotation") & (trace.complete["name"] == focus)]
+    title = f"{trace.source}: {len(ev):,} events"
+    if merged:
+        title += f" ({merged:,} merged into {len(drawn):,} bars to stay responsive; the tables keep every event)"
+    fig.update_layout(
+        title=title,
+        barmode="overlay",
+        xaxis_title="time since trace start (ms)",
+        yaxis=dict(tickvals=[t for t, _ in ticks], ticktext=[n for _, n in ticks], autorange="reversed"),
+        height=max(360, 28 * row + 140),
+        legend_title="category",
+        margin=dict(l=10, r=10, t=60, b=40),
+    )
+    if len(windows):
+        first = windows.sort_values("ts").iloc[0]
+        pad = 0.05 * first["dur"]
+        fig.update_xaxes(range=[(first["ts"] - t0 - pad) / 1e3, (first["end"] - t0 + pad) / 1e3])
+    return fig
+
+
+def _mark_windows(fig: go.Figure, trace: Trace, t0: float) -> None:
+    """Shade `attn_fwd` windows and outline profiler steps (a bounded number of shapes)."""
+    ann = trace.complete[trace.complete["cat"] == "user_annotation"]
+    forwards = ann[ann["name"] == FORWARD].head(MAX_MARKS)
+    steps = ann[ann["name"].str.startswith("ProfilerStep#")].head(MAX_MARKS)
+    for r in forwards.itertuples():
+        fig.add_vrect(
+            x0=(r.ts - t0) / 1e3,
+            x1=(r.end - t0) / 1e3,
+            fillcolor="#ffd54f",
+            opacity=0.15,
+            line_width=0,
+            annotation_text=FORWARD,
+            annotation_position="top left",
+        )
+    for r in steps.itertuples():
+        fig.add_vline(
+            x=(r.ts - t0) / 1e3,
+            line_dash="dot",
+            line_color="#616161",
+            annotation_text=str(r.name),
+            annotation_position="bottom right",
+        )
+
+
+def compare_chart(rows: list[dict[str, Any]]) -> go.Figure:
+    """Grouped bars: forward time, kernels per forward and peak memory per run."""
+    from profiling.compare import forward_ms, run_label
+
+    ok = [r for r in rows if "error" not in r]
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=("forward time (ms)", "kernels per forward", "peak memory (MiB)")
+    )
+    labels = [run_label(r) for r in ok]
+    series = (
+        [forward_ms(r) for r in ok],
+        [r["kernels_per_forward"] for r in ok],
+        [r["peak_memory_bytes"] / 1024**2 for r in ok],
+    )
+    for col, values in enumerate(series, start=1):
+        fig.add_trace(go.Bar(x=labels, y=values, marker_color="#4c78a8", showlegend=False), row=1, col=col)
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=50, b=40))
+    return fig
+
+
+def sweep_chart(rows: list[dict[str, Any]]) -> go.Figure:
+    """Forward time and peak memory vs seq_len, log-log, with an O(S²) guide and stop marks."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("forward time (ms)", "peak memory (bytes)"))
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return fig
+    for run, group in frame.groupby("run", sort=False):
+        done = group[group["status"] == "ok"]
+        for col, key in ((1, "forward_ms"), (2, "peak_memory_bytes")):
+            fig.add_trace(
+                go.Scatter(
+                    x=done["seq_len"],
+                    y=done[key],
+                    mode="lines+markers",
+                    name=str(run),
+                    legendgroup=str(run),
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
+        stopped = group[group["status"] == "stopped"]
+        if len(stopped) and len(done):
+            fig.add_trace(
+                go.Scatter(
+                    x=stopped["seq_len"],
+                    y=[done["forward_ms"].iloc[-1]] * len(stopped),
+                    mode="markers",
+                    marker_symbol="x",
+                    marker_size=12,
+                    name=f"{run} stopped",
+                    legendgroup=str(run),
+                    hovertext=stopped["reason"],
+                    hoverinfo="text",
+                ),
+                row=1,
+                col=1,
+            )
+    ok = frame[frame["status"] == "ok"]
+    if len(ok):
+        s0, t_first = ok["seq_len"].iloc[0], ok["forward_ms"].iloc[0]
+        xs = np.array(sorted(frame["seq_len"].unique()), dtype=float)
+        fig.add_trace(
+            go.Scatter(
+                x=xs, y=t_first * (xs / s0) ** 2, mode="lines", line_dash="dash", line_color="#999", name="O(S²)"
+            ),
+            row=1,
+            col=1,
+        )
+    fig.update_xaxes(type="log", title="seq_len")
+    fig.update_yaxes(type="log")
+    fig.update_layout(height=420, margin=dict(l=10, r=10, t=50, b=40))
+    return fig

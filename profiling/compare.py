@@ -1,0 +1,102 @@
+"""Every variant/backend on one shape, side by side: the blog's table in one call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from attention import AttentionSpec, SpecError
+from profiling.runner import Progress, RunError, RunResult, profile_attention
+
+# The blog's six variants, then what came after it.
+COMPARED: tuple[tuple[str, str], ...] = (
+    ("naive", "auto"),
+    ("inplace", "auto"),
+    ("sdpa", "math"),
+    ("sdpa", "flash"),
+    ("sdpa", "efficient"),
+    ("sdpa", "cudnn"),
+    ("flex", "auto"),
+)
+COMPARE_COLUMNS = [
+    "run",
+    "kernels/forward",
+    "forward cpu (ms)",
+    "forward device (ms)",
+    "self cpu total (ms)",
+    "self device total (ms)",
+    "peak memory (MiB)",
+    "max abs error",
+    "speed-up vs naive",
+    "what the trace revealed",
+]
+
+
+def forward_ms(summary: dict[str, Any]) -> float | None:
+    """The time a forward takes where it runs: device time on a GPU, CPU time on the CPU."""
+    return summary.get("forward_device_ms") or summary.get("forward_cpu_ms")
+
+
+def compare(
+    base: AttentionSpec,
+    trace_dir: str | Path,
+    progress: Progress | None = None,
+    variants: tuple[tuple[str, str], ...] = COMPARED,
+) -> tuple[list[dict[str, Any]], list[RunResult]]:
+    """Run each (variant, backend) on `base`'s shape. A row that cannot run carries `error`."""
+    report = progress or (lambda fraction, message: None)
+    rows: list[dict[str, Any]] = []
+    results: list[RunResult] = []
+    for i, (variant, backend) in enumerate(variants):
+
+        def step(fraction: float, message: str, i: int = i, label: str = f"{variant}/{backend}") -> None:
+            report((i + fraction) / len(variants), f"{label}: {message}")
+
+        try:
+            spec = base.replace(variant=variant, backend=backend)
+            result = profile_attention(spec, trace_dir, progress=step)
+        except (SpecError, RunError) as exc:
+            rows.append({"variant": variant, "backend": backend, "device": base.device, "error": str(exc)})
+            continue
+        rows.append(result.summary)
+        results.append(result)
+    _add_speedups(rows)
+    return rows, results
+
+
+def _add_speedups(rows: list[dict[str, Any]]) -> None:
+    naive = next((forward_ms(r) for r in rows if r.get("variant") == "naive" and "error" not in r), None)
+    for row in rows:
+        ms = forward_ms(row) if "error" not in row else None
+        row["speedup_vs_naive"] = round(naive / ms, 3) if naive and ms else None
+
+
+def run_label(row: dict[str, Any]) -> str:
+    label = f"sdpa-{row['backend']}" if row.get("variant") == "sdpa" else str(row.get("variant"))
+    return label + ("+compile" if row.get("compile") else "")
+
+
+def compare_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """One line per run; a run that could not run says why in the last column."""
+    records = []
+    for r in rows:
+        if "error" in r:
+            records.append([run_label(r), None, None, None, None, None, None, None, None, f"unavailable: {r['error']}"])
+            continue
+        records.append(
+            [
+                run_label(r),
+                r["kernels_per_forward"],
+                r["forward_cpu_ms"],
+                r["forward_device_ms"],
+                r["self_cpu_total_ms"],
+                r["self_device_total_ms"],
+                round(r["peak_memory_bytes"] / 1024**2, 3),
+                r["max_abs_error"],
+                r["speedup_vs_naive"],
+                r["insights"][0] if r["insights"] else "",
+            ]
+        )
+    return pd.DataFrame(records, columns=COMPARE_COLUMNS)

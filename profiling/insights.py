@@ -1,0 +1,323 @@
+"""What a trace teaches, found automatically. Each rule is a row in `RULES`.
+
+A rule reads one `Evidence` (the ops and GPU activity inside the forwards, or inside the
+whole trace for an upload) and returns an `Insight`, a sentence plus the numbers behind it,
+or None when it does not apply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiling.kernels import decode
+from profiling.occupancy import theoretical_occupancy
+from profiling.tables import FORWARD, WHOLE_TRACE, WindowStats
+from profiling.trace import LAUNCH_CATEGORIES, Trace
+
+LOW_PRECISION_TYPES = ("c10::BFloat16", "c10::Half")
+ITEMSIZE = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "bool": 1, "long int": 8, "int": 4}
+MASK_OPS = ("aten::ones", "aten::tril", "aten::triu", "aten::where", "aten::logical_not", "aten::masked_fill")
+SAFE_SOFTMAX_GUARDS = ("aten::isneginf", "aten::all", "aten::where")
+FUSED_OP_HINTS = ("flash", "efficient", "cudnn", "flex_attention", "_fused_")
+LOW_OCCUPANCY_PERCENT = 25
+ATTENTION_FAMILIES = ("flash-attention", "efficient-attention", "cudnn-attention")
+
+
+@dataclass(frozen=True)
+class Insight:
+    rule: str
+    text: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Evidence:
+    """Everything a rule may read."""
+
+    trace: Trace
+    scope: WindowStats
+    kernels: pd.DataFrame
+    dtype: str | None  # the run's dtype; None for uploads
+    device: str | None  # cpu or cuda; None for uploads
+
+    @property
+    def per(self) -> float:
+        return max(self.scope.count, 1)
+
+    @property
+    def whole_trace(self) -> bool:
+        return self.scope.name == WHOLE_TRACE
+
+    @property
+    def unit(self) -> str:
+        """How counts are phrased: per forward for our runs, in the trace for an upload."""
+        return (
+            "in the trace"
+            if self.whole_trace
+            else f"per {self.scope.name}"
+            if self.scope.name != FORWARD
+            else "per forward"
+        )
+
+    def ops_named(self, *names: str) -> pd.DataFrame:
+        return self.scope.ops[self.scope.ops["name"].isin(names)]
+
+    def has_op(self, name: str) -> bool:
+        return bool((self.scope.ops["name"] == name).any())
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _tensor_bytes(dims: Any, types: Any) -> int:
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
+        return 0
+    itemsize = ITEMSIZE.get(types[0], 4) if isinstance(types, list) and types else 4
+    return int(math.prod(dims[0])) * itemsize
+
+
+def hidden_copy(ev: Evidence) -> Insight | None:
+    """An out-of-place op copied a whole tensor inside the forward."""
+    gpu = ev.scope.gpu
+    copies = gpu[gpu["name"].str.startswith("Memcpy DtoD")] if len(gpu) else gpu
+    if len(copies):
+        per_bytes = float(copies["bytes"].fillna(0).sum()) / ev.per
+        text = (
+            f"Hidden copy: {len(copies) / ev.per:g} Memcpy DtoD {ev.unit} move {_fmt_bytes(per_bytes)} "
+            "(an out-of-place op such as masked_fill cloned its input). Use the in-place masked_fill_ to remove it."
+        )
+        return Insight(
+            "hidden_copy",
+            text,
+            {"kernel": "Memcpy DtoD", "per_forward": len(copies) / ev.per, "bytes_per_forward": per_bytes},
+        )
+    clones = ev.ops_named("aten::clone")
+    if clones.empty:
+        return None
+    shapes = zip(clones["input_dims"], clones["input_type"], strict=True)
+    per_bytes = sum(_tensor_bytes(d, t) for d, t in shapes) / ev.per
+    callers = sorted(set(clones["parent"]) - {""})
+    fix = (
+        "; the in-place masked_fill_ removes the op and the copy"
+        if "aten::masked_fill" in callers
+        else "; an in-place version of the caller would remove it"
+    )
+    return Insight(
+        "hidden_copy",
+        f"Hidden copy: aten::clone runs {len(clones) / ev.per:g}x {ev.unit} and copies {_fmt_bytes(per_bytes)}, "
+        f"called by {', '.join(callers) or 'the forward'} (out of place){fix}.",
+        {"op": "aten::clone", "callers": callers, "per_forward": len(clones) / ev.per, "bytes_per_forward": per_bytes},
+    )
+
+
+def mask_rebuilt(ev: Evidence) -> Insight | None:
+    """SDPA math (or any forward) building a causal mask on every call."""
+    tril_kernels = (
+        ev.scope.gpu[ev.scope.gpu["name"].str.contains("triu_tril", regex=False)] if len(ev.scope.gpu) else ev.scope.gpu
+    )
+    if not (ev.has_op("aten::tril") or ev.has_op("aten::triu") or len(tril_kernels)):
+        return None
+    ops = ev.ops_named(*MASK_OPS)
+    counts = (ops["name"].value_counts() / ev.per).round(2).to_dict()
+    return Insight(
+        "mask_rebuilt",
+        f"Mask rebuilt per call: {len(ops) / ev.per:g} mask ops {ev.unit} ({', '.join(counts)}) build the causal "
+        "mask inside the forward. is_causal did not remove the work, it moved it.",
+        {"ops_per_forward": counts, "kernels_per_forward": len(tril_kernels) / ev.per},
+    )
+
+
+def safe_softmax(ev: Evidence) -> Insight | None:
+    if not ev.has_op("aten::_safe_softmax"):
+        return None
+    guards = ev.ops_named(*SAFE_SOFTMAX_GUARDS)
+    return Insight(
+        "safe_softmax",
+        "Safe softmax: aten::_safe_softmax checks each row for all -inf (isneginf, all, where) so that a fully "
+        f"masked row gives 0 instead of NaN; that guard costs {len(guards) / ev.per:g} extra ops {ev.unit}.",
+        {"op": "aten::_safe_softmax", "guard_ops_per_forward": len(guards) / ev.per},
+    )
+
+
+def fp32_upcast(ev: Evidence) -> Insight | None:
+    """Low-precision inputs computed in float32: no tensor cores on a GPU."""
+    if ev.kernels is not None and len(ev.kernels) and ev.scope.on_gpu:
+        names = ev.scope.gpu["name"].unique()
+        fp32 = [n for n in names if decode(n).tensor_cores is False]
+        if fp32 and ev.dtype in (None, "bfloat16", "float16"):
+            return Insight(
+                "fp32_upcast",
+                f"FP32 math, no tensor cores: {len(fp32)} GEMM kernel(s) run on CUDA cores ({fp32[0][:60]}...)"
+                + (f" although the inputs are {ev.dtype}." if ev.dtype else "."),
+                {"kernels": fp32},
+            )
+        return None
+    copies = ev.ops_named("aten::copy_")
+    upcasts = copies[
+        [
+            isinstance(t, list) and len(t) >= 2 and t[0] == "float" and t[1] in LOW_PRECISION_TYPES
+            for t in copies["input_type"]
+        ]
+    ]
+    if upcasts.empty:
+        return None
+    return Insight(
+        "fp32_upcast",
+        f"FP32 upcast: {len(upcasts) / ev.per:g} copies {ev.unit} turn {upcasts['input_type'].iloc[0][1]} inputs into "
+        "float32, so the matmuls and softmax run in FP32 (on a GPU: sgemm on CUDA cores, no tensor cores).",
+        {"op": "aten::_to_copy", "per_forward": len(upcasts) / ev.per},
+    )
+
+
+def fused(ev: Evidence) -> Insight | None:
+    """One kernel (GPU) or one compute op (CPU) per forward does all of attention."""
+    scope = ev.scope
+    if scope.on_gpu:
+        names = scope.gpu["name"].unique() if len(scope.gpu) else []
+        attention_kernels = [n for n in names if decode(n).family in ATTENTION_FAMILIES]
+        one_per_forward = not ev.whole_trace and len(scope.gpu) == scope.count > 0
+        if not (one_per_forward or attention_kernels):
+            return None
+        name = attention_kernels[0] if attention_kernels else names[0]
+        meaning = decode(name).summary
+        return Insight(
+            "fused",
+            f"Fused: one kernel does the whole attention: {name[:90]} ({meaning}).",
+            {"kernel": name, "meaning": meaning},
+        )
+    compute = scope.compute_ops
+    if ev.whole_trace or scope.count == 0 or len(compute) != scope.count:
+        return None
+    name = compute["name"].iloc[0]
+    if not any(h in name for h in FUSED_OP_HINTS):
+        return None
+    return Insight(
+        "fused", f"Fused: one op does the whole attention: {name}, with no score matrix in memory.", {"op": name}
+    )
+
+
+def overhead_bound(ev: Evidence) -> Insight | None:
+    """Host time per forward vs device time per forward, with the idle gaps between kernels."""
+    scope = ev.scope
+    if not scope.on_gpu or scope.device_ms is None or not len(scope.gpu):
+        return None
+    busy_ms = float(scope.gpu["dur"].sum()) / 1e3 / ev.per
+    gap_ms = max(0.0, scope.device_ms - busy_ms)
+    if ev.whole_trace:
+        busy = 100 * busy_ms / scope.device_ms if scope.device_ms else 0.0
+        return Insight(
+            "overhead_bound",
+            f"GPU busy {busy:.0f}% of the time from its first to its last activity ({scope.device_ms:.3f} ms); "
+            f"{gap_ms:.3f} ms are gaps between kernels, where the device waited on the host.",
+            {"span_ms": scope.device_ms, "busy_ms": busy_ms, "gap_ms": gap_ms},
+        )
+    bound = "overhead-bound (the CPU is the bottleneck)" if scope.cpu_ms > scope.device_ms else "device-bound"
+    return Insight(
+        "overhead_bound",
+        f"{bound[0].upper() + bound[1:]}: {scope.cpu_ms:.3f} ms of CPU {ev.unit} vs {scope.device_ms:.3f} ms on the "
+        f"device, of which {gap_ms:.3f} ms are gaps between kernels (launch latency).",
+        {"cpu_ms": scope.cpu_ms, "device_ms": scope.device_ms, "busy_ms": busy_ms, "gap_ms": gap_ms},
+    )
+
+
+def occupancy(ev: Evidence) -> Insight | None:
+    kernels = ev.scope.gpu if len(ev.scope.gpu) else ev.trace.kernels
+    kernels = kernels[(kernels["cat"] == "kernel") & kernels["registers"].notna()] if len(kernels) else kernels
+    if kernels.empty:
+        return None
+    device = ev.trace.device_properties[0] if ev.trace.device_properties else None
+    driver_launches = set(ev.trace.of_category("cuda_driver")["correlation"].dropna())
+    notes: list[str] = []
+    rows: list[dict[str, Any]] = []
+    for name, group in kernels.groupby("name", sort=False):
+        first = group.iloc[0]
+        threads = int(np.prod(first["block"])) if isinstance(first["block"], list) else 0
+        if threads <= 0:
+            continue
+        theory = theoretical_occupancy(first["registers"], threads, first["shared_memory"] or 0, device)
+        achieved = float(group["occupancy"].mean()) if group["occupancy"].notna().any() else None
+        via_driver = bool(group["correlation"].isin(driver_launches).any())
+        rows.append(
+            {
+                "kernel": name,
+                "theoretical_percent": theory.percent,
+                "achieved_percent": achieved,
+                "limiter": theory.limiter,
+                "driver_launch": via_driver,
+            }
+        )
+        family = decode(name).family
+        if achieved == 0 and via_driver:
+            notes.append(
+                f"{name[:50]} reports 0% achieved occupancy, but it was launched through the driver API "
+                "(cuLaunchKernel/cuLaunchKernelEx), which CUPTI does not measure: a measurement gap, not a stall"
+            )
+        elif theory.percent < LOW_OCCUPANCY_PERCENT and family in ATTENTION_FAMILIES:
+            notes.append(
+                f"{name[:50]} holds {theory.blocks_per_sm} block(s) per SM ({theory.percent:.0f}% theoretical, "
+                f"limited by {theory.limiter}): low occupancy by design, big tiles in registers hide latency"
+            )
+        elif theory.percent < LOW_OCCUPANCY_PERCENT:
+            notes.append(f"{name[:50]} is limited to {theory.percent:.0f}% occupancy by {theory.limiter}")
+    if not notes:
+        return None
+    return Insight("occupancy", "Occupancy: " + "; ".join(notes[:3]) + ".", {"kernels": rows})
+
+
+def no_kernels(ev: Evidence) -> Insight | None:
+    trace = ev.trace
+    if len(trace.kernels):
+        return None
+    launches = len(trace.of_category(*LAUNCH_CATEGORIES))
+    expected_gpu = ev.device == "cuda" or launches > 0 or bool(trace.device_properties)
+    if not expected_gpu:
+        return None
+    return Insight(
+        "no_kernels",
+        f"No kernels recorded: the trace has {launches} CUDA runtime/driver calls but no kernel events. Likely causes: "
+        "ProfilerActivity.CUDA was not enabled, CUPTI ran in counter (range-profiling) mode, the process lacked "
+        "GPU performance-counter permission, or the trace ended before the device was synchronised.",
+        {"launch_calls": launches, "kernel_events": 0},
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    applies_to: str  # what it looks for, shown in the README's rule list
+    check: Callable[[Evidence], Insight | None]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("hidden_copy", "aten::clone / Memcpy DtoD inside the forward", hidden_copy),
+    Rule("mask_rebuilt", "aten::ones/tril/where or triu_tril_kernel inside the forward", mask_rebuilt),
+    Rule("safe_softmax", "aten::_safe_softmax", safe_softmax),
+    Rule("fp32_upcast", "copy_ from bf16/fp16 to float; sgemm kernels", fp32_upcast),
+    Rule("fused", "one kernel (GPU) or one compute op (CPU) per forward", fused),
+    Rule("overhead_bound", "CPU vs device time per forward, kernel gaps", overhead_bound),
+    Rule("occupancy", "registers x threads, shared memory, deviceProperties", occupancy),
+    Rule("no_kernels", "GPU launches or devices but no kernel events", no_kernels),
+)
+
+
+def find_insights(trace: Trace, scope: WindowStats, kernels: pd.DataFrame, spec: Any | None = None) -> list[Insight]:
+    """Every rule's insight for this trace, in rule order."""
+    evidence = Evidence(
+        trace=trace,
+        scope=scope,
+        kernels=kernels,
+        dtype=getattr(spec, "dtype", None),
+        device=getattr(spec, "device", None),
+    )
+    return [insight for rule in RULES if (insight := rule.check(evidence)) is not None]

@@ -1,0 +1,162 @@
+"""One profiled run: warm up, profile `active` forwards, export the trace and the table."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+import attention
+from attention import AttentionSpec, SpecError
+from profiling.insights import Insight, find_insights
+from profiling.summary import build_summary
+from profiling.tables import FORWARD, WindowStats, kernel_table, op_table_from_key_averages, window_stats
+from profiling.trace import Trace, load_trace
+
+WARMUP_CALLS = 3
+WAIT, WARMUP, ACTIVE = 1, 1, 3  # the profiler schedule; ACTIVE forwards are measured
+
+Progress = Callable[[float, str], None]
+
+
+class RunError(RuntimeError):
+    """A run that started but could not finish (compile failure, out of memory, time limit)."""
+
+
+@dataclass
+class RunResult:
+    spec: AttentionSpec
+    trace: Trace
+    forwards: WindowStats
+    op_table: pd.DataFrame
+    kernel_table: pd.DataFrame
+    insights: list[Insight]
+    summary: dict
+    trace_path: Path
+    table_path: Path
+
+
+def run_name(spec: AttentionSpec) -> str:
+    """Readable and unique: two runs of one spec, even in one second, never collide."""
+    shape = f"{spec.batch}x{spec.heads}x{spec.seq_len}x{spec.head_dim}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{spec.name}_{spec.dtype}_{shape}_{stamp}_{uuid.uuid4().hex[:6]}"
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _activities(device: str) -> list[ProfilerActivity]:
+    return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
+
+
+def profile_attention(
+    spec: AttentionSpec,
+    trace_dir: str | Path,
+    progress: Progress | None = None,
+    time_limit_s: float | None = None,
+) -> RunResult:
+    """Profile `ACTIVE` forwards of `spec` and write `<run-name>.json` and `.txt` to `trace_dir`.
+
+    Raises SpecError when the spec cannot run on its device, RunError when the run fails.
+    """
+    report = progress or (lambda fraction, message: None)
+    reason = attention.unsupported(spec)
+    if reason:
+        raise SpecError("backend" if spec.variant == "sdpa" else "variant", reason)
+    trace_dir = Path(trace_dir)
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    name = run_name(spec)
+    started = time.monotonic()
+
+    def check_time(stage: str) -> None:
+        if time_limit_s is not None and time.monotonic() - started > time_limit_s:
+            raise RunError(f"time limit: the run passed {time_limit_s:.0f} s during {stage}; try a smaller shape")
+
+    try:
+        report(0.05, "allocating inputs")
+        query, key, value = attention.make_inputs(spec)
+        mask = attention.causal_mask(spec.seq_len, spec.device)
+        fn = attention.build(spec)
+
+        def forward() -> torch.Tensor:
+            return fn(query, key, value, mask=mask, backend=spec.backend)
+
+        with torch.no_grad():
+            for i in range(WARMUP_CALLS):
+                report(0.1 + 0.2 * i / WARMUP_CALLS, "warm-up" + (" (compiling)" if spec.compile and i == 0 else ""))
+                out = _warm(forward, spec)
+                check_time("warm-up")
+            _sync(spec.device)
+            steps = WAIT + WARMUP + ACTIVE
+            with profile(
+                activities=_activities(spec.device),
+                schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
+                record_shapes=True,
+                profile_memory=True,
+            ) as prof:
+                for step in range(steps):
+                    report(0.3 + 0.5 * step / steps, f"profiling step {step + 1}/{steps}")
+                    with record_function(FORWARD):
+                        out = forward()
+                    _sync(spec.device)
+                    prof.step()
+                    check_time("profiling")
+            report(0.85, "measuring error against float64")
+            error = (out.double() - attention.reference_attention(query, key, value)).abs().max().item()
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        raise RunError(
+            f"out of GPU memory for {spec.batch}x{spec.heads}x{spec.seq_len}x{spec.head_dim} {spec.dtype}; "
+            "the cache was freed, try a smaller seq_len or batch"
+        ) from None
+
+    report(0.9, "exporting the trace")
+    trace_path = trace_dir / f"{name}.json"
+    table_path = trace_dir / f"{name}.txt"
+    prof.export_chrome_trace(str(trace_path))
+    averages = prof.key_averages()
+    sort_by = "self_cuda_time_total" if spec.device == "cuda" else "self_cpu_time_total"
+    table_path.write_text(averages.table(sort_by=sort_by, row_limit=60, max_name_column_width=80))
+    trace = load_trace(trace_path)
+    forwards = window_stats(trace, device=spec.device)
+    kernels = kernel_table(trace, forwards)
+    insights = find_insights(trace, forwards, kernels, spec)
+    summary = build_summary(spec, forwards, averages, error, insights)
+    report(1.0, "done")
+    return RunResult(
+        spec=spec,
+        trace=trace,
+        forwards=forwards,
+        op_table=op_table_from_key_averages(averages),
+        kernel_table=kernels,
+        insights=insights,
+        summary=summary,
+        trace_path=trace_path,
+        table_path=table_path,
+    )
+
+
+def _warm(forward: Callable[[], torch.Tensor], spec: AttentionSpec) -> torch.Tensor:
+    if not spec.compile:
+        return forward()
+    try:
+        return forward()
+    except Exception as exc:  # Inductor raises many types: a missing compiler, a lowering bug, ...
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunError(
+            f"compile: torch.compile failed ({type(exc).__name__}: {first_line[:300]}); untick compile"
+        ) from None
+
+
+def thread_count() -> int:
+    return torch.get_num_threads() or os.cpu_count() or 1

@@ -1,0 +1,199 @@
+"""Load any Chrome trace written by torch.profiler (Kineto) into one columnar event table.
+
+The same reader serves our own runs and user uploads, so it is defensive: gzip is inflated
+in a stream with a hard limit, and events with missing or wrong-typed fields are skipped
+and counted instead of crashing the analysis.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+MAX_FILE_BYTES = 100 * 1024**2  # on disk, compressed or not
+MAX_JSON_BYTES = 400 * 1024**2  # after inflating; a gzip bomb stops here
+CHUNK_BYTES = 1024**2
+
+# Device-side activity: what a GPU ran. Kineto writes the same categories for CUDA and ROCm.
+GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
+# Host-side calls that put work on a device; their `correlation` id names that work.
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
+
+# args keys lifted into columns, with their column names. Everything else stays in `args`.
+NUMERIC_ARGS = {
+    "correlation": "correlation",
+    "External id": "external_id",
+    "stream": "stream",
+    "device": "device",
+    "registers per thread": "registers",
+    "shared memory": "shared_memory",
+    "est. achieved occupancy %": "occupancy",
+    "blocks per SM": "blocks_per_sm",
+    "bytes": "bytes",
+    "Total Allocated": "total_allocated",
+    "Bytes": "alloc_bytes",
+    "Device Type": "device_type",
+}
+OBJECT_ARGS = {"grid": "grid", "block": "block", "Input Dims": "input_dims", "Input type": "input_type"}
+COLUMNS = ["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", *NUMERIC_ARGS.values(), *OBJECT_ARGS.values()]
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read. The message says what is wrong and what is allowed."""
+
+
+@dataclass
+class Trace:
+    """A parsed trace: `events` has one row per usable event, in file order."""
+
+    events: pd.DataFrame
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    skipped: int = 0
+    source: str = "trace"
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # derived structures, computed once
+
+    def of_category(self, *categories: str) -> pd.DataFrame:
+        return self.events[self.events["cat"].isin(categories)]
+
+    @property
+    def complete(self) -> pd.DataFrame:
+        """Duration ("X") events: the ones with a start and an end."""
+        return self.events[self.events["ph"] == "X"]
+
+    @property
+    def gpu_activity(self) -> pd.DataFrame:
+        return self.complete[self.complete["cat"].isin(GPU_ACTIVITY)]
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        return self.complete[self.complete["cat"] == "kernel"]
+
+    @property
+    def devices(self) -> list[str]:
+        """Names of the devices that ran something; else those the trace describes; else `cpu`."""
+        names = {int(p.get("id", i)): str(p.get("name", f"device {i}")) for i, p in enumerate(self.device_properties)}
+        ids = sorted(int(d) for d in self.gpu_activity["device"].dropna().unique())
+        found = [names.get(i, f"device {i}") for i in ids] or list(names.values())
+        # Eight identical GPUs in deviceProperties are one kind of device to the reader.
+        return list(dict.fromkeys(found)) or ["cpu"]
+
+
+def read_bytes(path: str | Path, max_file_bytes: int = MAX_FILE_BYTES, max_json_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The trace's JSON text, inflating gzip in a stream that stops at `max_json_bytes`."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TraceError(f"trace: cannot read {path.name}: {exc.strerror}") from None
+    if size > max_file_bytes:
+        raise TraceError(
+            f"trace: the file is {size / 1024**2:.1f} MiB; the limit is {max_file_bytes / 1024**2:.0f} MiB"
+        )
+    with path.open("rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        if head != b"\x1f\x8b":
+            return f.read()
+        return _inflate(f, max_json_bytes)
+
+
+def _inflate(f: Any, limit: int) -> bytes:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = bytearray()
+    try:
+        while chunk := f.read(CHUNK_BYTES):
+            # max_length bounds each step, so a bomb never inflates past the limit in memory.
+            data = chunk
+            while data:
+                out += inflater.decompress(data, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise TraceError(
+                        f"trace: inflates to more than {limit / 1024**2:.0f} MiB of JSON (the limit); "
+                        "is it a gzip bomb? Trim the trace or profile fewer steps"
+                    )
+                data = inflater.unconsumed_tail
+            if inflater.eof:
+                break
+    except zlib.error as exc:
+        raise TraceError(f"trace: the gzip data is corrupt ({exc})") from None
+    if not inflater.eof:
+        raise TraceError("trace: the gzip file is truncated; upload the whole .json.gz")
+    return bytes(out)
+
+
+def load_trace(path: str | Path, **limits: int) -> Trace:
+    """Read a `.json` or `.json.gz` Chrome trace from disk."""
+    return parse_trace(read_bytes(path, **limits), source=Path(path).name)
+
+
+def parse_trace(data: bytes, source: str = "trace") -> Trace:
+    """Parse Chrome-trace JSON text: an object with `traceEvents`, or a bare list of events."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"trace: {source} is not valid JSON ({exc})") from None
+    if isinstance(document, list):
+        raw_events, metadata = document, {}
+    elif isinstance(document, dict):
+        if "traceEvents" not in document:
+            raise TraceError(f"trace: {source} is JSON but has no `traceEvents`; is it a torch.profiler trace?")
+        raw_events = document["traceEvents"]
+        metadata = {k: v for k, v in document.items() if k != "traceEvents"}
+        if not isinstance(raw_events, list):
+            raise TraceError(f"trace: `traceEvents` must be a list, got {type(raw_events).__name__}")
+    else:
+        raise TraceError(f"trace: {source} must hold a JSON object or list, got {type(document).__name__}")
+    properties = metadata.get("deviceProperties")
+    properties = [p for p in properties if isinstance(p, dict)] if isinstance(properties, list) else []
+    events, skipped = _event_table(raw_events)
+    return Trace(events=events, device_properties=properties, metadata=metadata, skipped=skipped, source=source)
+
+
+def _event_table(raw_events: list[Any]) -> tuple[pd.DataFrame, int]:
+    dicts = [e for e in raw_events if type(e) is dict]
+    skipped = len(raw_events) - len(dicts)
+    frame = pd.DataFrame(dicts, columns=["name", "cat", "ph", "ts", "dur", "pid", "tid", "args"])
+    for column in ("name", "cat", "ph"):
+        good = frame[column].map(type).eq(str)
+        frame[column] = frame[column].where(good, "")
+    frame["ts"] = _numeric(frame["ts"])
+    frame["dur"] = _numeric(frame["dur"])
+    is_complete = frame["ph"].eq("X")
+    # Metadata ("M") events carry no time; every other usable event needs a finite start,
+    # and a duration event also a non-negative duration.
+    usable = frame["ph"].eq("M") | (frame["ts"].notna() & (~is_complete | frame["dur"].ge(0)))
+    usable &= frame["name"].ne("") | ~is_complete
+    skipped += int((~usable).sum())
+    frame = frame[usable].reset_index(drop=True)
+    frame["dur"] = frame["dur"].where(frame["ph"].eq("X"), 0.0).fillna(0.0)
+    frame["end"] = frame["ts"] + frame["dur"]
+    for column in ("pid", "tid"):
+        frame[column] = frame[column].map(_lane_id)
+    args = pd.DataFrame(
+        [a if type(a) is dict else {} for a in frame["args"]],
+        columns=[*NUMERIC_ARGS, *OBJECT_ARGS],
+    )
+    for key, column in NUMERIC_ARGS.items():
+        frame[column] = _numeric(args[key]).to_numpy()
+    for key, column in OBJECT_ARGS.items():
+        frame[column] = args[key].to_numpy()
+    frame["args"] = frame["args"].where(frame["args"].map(type).eq(dict), None)
+    return frame[[*COLUMNS, "args"]], skipped
+
+
+def _numeric(column: pd.Series) -> pd.Series:
+    # Booleans and strings are not times or ids: coerce them to NaN rather than to 1 or 0.
+    kind = column.map(type)
+    ok = kind.isin((int, float))
+    return pd.to_numeric(column.where(ok), errors="coerce").astype("float64").replace([np.inf, -np.inf], np.nan)
+
+
+def _lane_id(value: Any) -> str:
+    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "?"

@@ -1,0 +1,68 @@
+"""Shared fixtures: real CPU profiles (made once per session) and a live app with a real client."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Before gradio is imported anywhere: its cache, our run store, no analytics, no Hub.
+_SCRATCH = Path(tempfile.mkdtemp(prefix="attention-profiler-tests-"))
+os.environ.setdefault("GRADIO_TEMP_DIR", str(_SCRATCH / "gradio"))
+os.environ.setdefault("ATTENTION_PROFILER_DIR", str(_SCRATCH / "runs"))
+os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+GPU_TRACES = ("a100_simple_add", "sampled_training_rank0", "triton_driver_launch", "cupti_counters_no_kernels")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_SCRATCH, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real profiled run per CPU variant, shared by the tests that read them."""
+    from attention import AttentionSpec
+    from profiling.runner import profile_attention
+
+    out = tmp_path_factory.mktemp("runs")
+    specs = {
+        "naive": AttentionSpec(variant="naive", device="cpu"),
+        "inplace": AttentionSpec(variant="inplace", device="cpu"),
+        "math": AttentionSpec(variant="sdpa", backend="math", device="cpu"),
+        "math-bf16": AttentionSpec(variant="sdpa", backend="math", dtype="bfloat16", device="cpu"),
+        "flash": AttentionSpec(variant="sdpa", backend="flash", device="cpu"),
+    }
+    return {name: profile_attention(spec, out) for name, spec in specs.items()}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def app_url() -> str:
+    """The real app, served on a free local port for the whole session."""
+    import app
+
+    demo = app.build_demo()
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, mcp_server=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def client(app_url: str):
+    from gradio_client import Client
+
+    return Client(app_url, verbose=False)

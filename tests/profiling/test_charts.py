@@ -1,0 +1,78 @@
+"""Figures are bounded, say what they merged, and show CPU and GPU lanes."""
+
+import json
+
+import pandas as pd
+
+from profiling.charts import compare_chart, sweep_chart, timeline
+from profiling.trace import load_trace, parse_trace
+from tests.conftest import DATA
+
+
+def lanes(fig):
+    return list(fig.layout.yaxis.ticktext)
+
+
+def test_our_run_has_cpu_lanes_and_zooms_to_the_first_forward(cpu_runs):
+    result = cpu_runs["naive"]
+    fig = timeline(result.trace)
+    assert any(lane.startswith("CPU thread") for lane in lanes(fig))
+    first = result.trace.complete.query("name == 'attn_fwd'").sort_values("ts").iloc[0]
+    start, stop = fig.layout.xaxis.range
+    assert stop - start < 1.2 * first["dur"] / 1e3
+    drawable = result.trace.complete.query("name != '' and cat != 'Trace'")
+    assert sum(len(t.x) for t in fig.data) == len(drawable)  # a small trace is drawn whole, nothing merged
+
+
+def test_gpu_trace_has_stream_lanes_and_kernel_hover():
+    fig = timeline(load_trace(DATA / "a100_simple_add.json.gz"))
+    assert any(lane.startswith("GPU 0 stream") for lane in lanes(fig))
+    kernel = next(t for t in fig.data if t.name == "kernel")
+    assert any("regs/thread" in h and "occupancy" in h for h in kernel.hovertext)
+
+
+def test_large_trace_is_merged_and_says_so():
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "ts": i * 2.0, "dur": 1.0, "pid": 1, "tid": 1}
+        for i in range(30_000)
+    ]
+    trace = parse_trace(json.dumps({"traceEvents": events}).encode())
+    fig = timeline(trace, max_bars=2000)
+    bars = sum(len(t.x) for t in fig.data)
+    assert bars <= 2000
+    assert "merged into" in fig.layout.title.text
+    assert len(fig.to_json()) < 3_000_000
+
+
+def test_compare_and_sweep_charts():
+    rows = [
+        {
+            "variant": "naive",
+            "backend": "auto",
+            "forward_cpu_ms": 2.0,
+            "kernels_per_forward": 6,
+            "peak_memory_bytes": 2**20,
+        },
+        {"variant": "sdpa", "backend": "cudnn", "error": "only on CUDA"},
+    ]
+    fig = compare_chart(rows)
+    assert [list(t.x) for t in fig.data] == [["naive"]] * 3
+    points = pd.DataFrame(
+        [
+            {"run": "naive", "seq_len": 128, "status": "ok", "forward_ms": 1.0, "peak_memory_bytes": 10},
+            {"run": "naive", "seq_len": 256, "status": "ok", "forward_ms": 4.0, "peak_memory_bytes": 40},
+            {
+                "run": "naive",
+                "seq_len": 512,
+                "status": "stopped",
+                "reason": "too big",
+                "forward_ms": None,
+                "peak_memory_bytes": None,
+            },
+        ]
+    ).to_dict("records")
+    fig = sweep_chart(points)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    guide = next(t for t in fig.data if t.name == "O(S²)")
+    assert list(guide.y) == [1.0, 4.0, 16.0]
+    assert any(t.name == "naive stopped" for t in fig.data)

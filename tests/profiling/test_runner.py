@@ -1,0 +1,95 @@
+"""Real profiled CPU runs reproduce the blog's findings, and the exported files agree."""
+
+import json
+
+import pytest
+
+from attention import AttentionSpec, SpecError
+from profiling.runner import ACTIVE, RunError, profile_attention
+from profiling.summary import SUMMARY_KEYS
+from profiling.tables import FORWARD
+
+
+def test_summary_has_every_public_key(cpu_runs):
+    for result in cpu_runs.values():
+        assert set(SUMMARY_KEYS) <= set(result.summary)
+        assert result.summary["forward_device_ms"] is None  # CPU run
+        assert result.summary["self_device_total_ms"] is None
+        assert result.summary["forwards"] == ACTIVE
+
+
+def test_naive_clones_and_inplace_does_not(cpu_runs):
+    naive, inplace = cpu_runs["naive"].summary, cpu_runs["inplace"].summary
+    assert naive["per_forward_ops"]["aten::clone"] == 1
+    assert "aten::clone" not in inplace["per_forward_ops"]
+    assert naive["kernels_per_forward"] == inplace["kernels_per_forward"] + 1
+
+
+def test_kernel_ordering_math_gt_inplace_gt_fused(cpu_runs):
+    kernels = {name: r.summary["kernels_per_forward"] for name, r in cpu_runs.items()}
+    assert kernels["math"] > kernels["inplace"] > kernels["flash"] == 1
+    assert kernels["math-bf16"] > kernels["math"]  # the upcast and downcast copies
+
+
+def test_math_rebuilds_the_mask_and_uses_safe_softmax(cpu_runs):
+    ops = cpu_runs["math"].summary["per_forward_ops"]
+    assert ops["aten::_safe_softmax"] == 1
+    assert ops["aten::tril"] == 1
+    assert "aten::tril" not in cpu_runs["naive"].summary["per_forward_ops"]  # naive's mask is built once, outside
+
+
+def test_error_is_small_and_measured(cpu_runs):
+    assert 0 < cpu_runs["naive"].summary["max_abs_error"] < 1e-5
+    assert 1e-4 < cpu_runs["math-bf16"].summary["max_abs_error"] < 5e-2
+
+
+def test_peak_memory_comes_from_memory_events(cpu_runs):
+    naive, flash = cpu_runs["naive"].summary, cpu_runs["flash"].summary
+    scores = 1 * 4 * 256 * 256 * 4
+    assert naive["peak_memory_bytes"] >= 2 * scores  # two score matrices alive at once
+    assert 0 < flash["peak_memory_bytes"] < scores  # fused: no score matrix
+
+
+def test_trace_is_valid_json_with_three_forwards(cpu_runs):
+    result = cpu_runs["naive"]
+    document = json.loads(result.trace_path.read_text())
+    forwards = [e for e in document["traceEvents"] if e.get("name") == FORWARD and e.get("cat") == "user_annotation"]
+    assert len(forwards) == ACTIVE
+    assert all(e["ph"] == "X" and e["dur"] > 0 for e in forwards)
+    # The op counts in the file agree with the summary.
+    aten = [
+        e
+        for e in document["traceEvents"]
+        if e.get("cat") == "cpu_op"
+        and e["name"].startswith("aten::")
+        and any(f["ts"] <= e["ts"] and e["ts"] + e["dur"] <= f["ts"] + f["dur"] for f in forwards)
+    ]
+    assert len(aten) / ACTIVE == result.summary["ops_per_forward"]
+    assert result.table_path.read_text().count("aten::bmm") >= 1
+    assert result.trace_path.parent == result.table_path.parent
+
+
+def test_run_names_never_collide(tmp_path):
+    spec = AttentionSpec(seq_len=32, device="cpu")
+    first, second = profile_attention(spec, tmp_path), profile_attention(spec, tmp_path)
+    assert first.trace_path != second.trace_path
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_progress_is_reported(tmp_path):
+    seen = []
+    profile_attention(AttentionSpec(seq_len=32, device="cpu"), tmp_path, progress=lambda f, m: seen.append((f, m)))
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert any("profiling step" in m for _, m in seen)
+
+
+def test_unsupported_backend_is_refused_before_running(tmp_path):
+    with pytest.raises(SpecError, match="^backend: the efficient"):
+        profile_attention(AttentionSpec(variant="sdpa", backend="efficient", device="cpu"), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_time_limit_is_reported(tmp_path):
+    with pytest.raises(RunError, match="^time limit: the run passed 0 s"):
+        profile_attention(AttentionSpec(seq_len=32, device="cpu"), tmp_path, time_limit_s=0.0)

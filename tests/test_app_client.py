@@ -1,0 +1,218 @@
+"""The app through a real Gradio server and a real gradio_client."""
+
+import gzip
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from gradio_client import handle_file
+from gradio_client.exceptions import AppError
+
+from profiling.summary import ANALYZE_KEYS, SUMMARY_KEYS
+from profiling.trace import load_trace
+from tests.conftest import DATA
+
+SMALL = dict(batch=1, heads=2, seq_len=64, head_dim=32, dtype="float32", device="cpu", compile=False)
+
+
+def profile(client, variant, backend="auto", **overrides):
+    return client.predict(variant=variant, backend=backend, **{**SMALL, **overrides}, api_name="/profile")
+
+
+@pytest.fixture(scope="module")
+def profiled(client):
+    return {
+        name: profile(client, variant, backend)
+        for name, (variant, backend) in {
+            "naive": ("naive", "auto"),
+            "inplace": ("inplace", "auto"),
+            "math": ("sdpa", "math"),
+            "auto": ("sdpa", "auto"),
+        }.items()
+    }
+
+
+@pytest.mark.parametrize("name", ["naive", "inplace", "math", "auto"])
+def test_profile_returns_every_key_a_trace_and_a_figure(profiled, name):
+    summary, op_table, figure, trace_path, kernel_table, table_path, insights = profiled[name]
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert (summary["seq_len"], summary["device"]) == (64, "cpu")
+    trace = load_trace(trace_path)
+    assert (trace.complete["name"] == "attn_fwd").sum() == 3
+    assert op_table["headers"][:3] == ["name", "calls", "self cpu (us)"] and op_table["data"]
+    plot = json.loads(figure["plot"])
+    assert any(t.startswith("CPU thread") for t in plot["layout"]["yaxis"]["ticktext"])
+    assert kernel_table["headers"][0] == "name" and kernel_table["data"] == []  # CPU: no GPU kernels
+    assert "aten::" in Path(table_path).read_text()
+
+
+def test_naive_has_exactly_one_more_kernel_than_inplace(profiled):
+    assert profiled["naive"][0]["kernels_per_forward"] == profiled["inplace"][0]["kernels_per_forward"] + 1
+    assert "Hidden copy" in profiled["naive"][6]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (dict(batch=0), "batch"),
+        (dict(heads=-1), "heads"),
+        (dict(seq_len=2.5), "seq_len"),
+        (dict(head_dim=100000), "head_dim"),
+        (dict(dtype="float8"), "dtype"),
+        (dict(device="tpu"), "device"),
+        (dict(batch=512, heads=256, seq_len=65536), "seq_len"),  # would not fit in memory
+    ],
+)
+def test_bad_input_is_an_app_error_naming_the_field(client, overrides, field):
+    with pytest.raises(AppError, match=f"^{field}:"):
+        profile(client, "naive", **overrides)
+
+
+def test_unknown_variant_and_cpu_only_backends(client):
+    with pytest.raises(AppError, match="^variant: 'fast' is not one of"):
+        profile(client, "fast")
+    with pytest.raises(AppError, match="^backend: the cuDNN SDPA backend runs only on CUDA"):
+        profile(client, "sdpa", "cudnn")
+
+
+def test_cuda_without_cuda(client):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(AppError, match="^device: cuda was asked for"):
+        profile(client, "naive", device="cuda")
+
+
+def test_compare_rows_insights_and_speed(client):
+    rows, table, chart = client.predict(**{**SMALL, "seq_len": 256}, api_name="/compare")
+    by_run = {(r["variant"], r["backend"]): r for r in rows}
+    assert {("naive", "auto"), ("inplace", "auto"), ("sdpa", "math"), ("sdpa", "flash")} <= set(by_run)
+    assert "error" in by_run[("sdpa", "efficient")] and "error" in by_run[("sdpa", "cudnn")]
+    assert any("Hidden copy" in i for i in by_run[("naive", "auto")]["insights"])
+    math = " ".join(by_run[("sdpa", "math")]["insights"])
+    assert "Mask rebuilt" in math and "Safe softmax" in math
+    assert by_run[("sdpa", "flash")]["forward_cpu_ms"] < by_run[("naive", "auto")]["forward_cpu_ms"]
+    assert by_run[("sdpa", "flash")]["speedup_vs_naive"] > 1
+    assert table["headers"][0] == "run" and json.loads(chart["plot"])["data"]
+
+
+def test_diff_endpoint(client, profiled):
+    rows = client.predict(profiled["naive"][0], profiled["inplace"][0], api_name="/diff")
+    clone = next(r for r in rows if r["name"] == "aten::clone" and r["kind"] == "op")
+    assert clone["change"] == -1 and clone["status"] == "removed"
+    with pytest.raises(AppError, match="^before:"):
+        client.predict({"not": "a summary"}, profiled["inplace"][0], api_name="/diff")
+
+
+def test_sweep_endpoint(client):
+    rows, chart = client.predict(
+        ["inplace", "sdpa-flash"], "32,64", 1, 2, 32, "float32", "cpu", False, api_name="/sweep"
+    )
+    assert [(r["run"], r["seq_len"], r["status"]) for r in rows] == [
+        ("inplace", 32, "ok"),
+        ("inplace", 64, "ok"),
+        ("sdpa-flash", 32, "ok"),
+        ("sdpa-flash", 64, "ok"),
+    ]
+    assert json.loads(chart["plot"])["layout"]["xaxis"]["type"] == "log"
+    with pytest.raises(AppError, match="^seq_lens:"):
+        client.predict(["naive"], "64,abc", 1, 2, 32, "float32", "cpu", False, api_name="/sweep")
+    with pytest.raises(AppError, match="^variants:"):
+        client.predict([], "64", 1, 2, 32, "float32", "cpu", False, api_name="/sweep")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a100_simple_add", "sampled_training_rank0", "triton_driver_launch", "cupti_counters_no_kernels", "cpu_only"],
+)
+def test_analyze_real_traces_exactly(client, name):
+    raw = [e for e in json.loads(gzip.decompress((DATA / f"{name}.json.gz").read_bytes()))["traceEvents"]]
+    kernels = [e for e in raw if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    summary, ops, kernel_table, figure, steps, annotations, insights = client.predict(
+        handle_file(str(DATA / f"{name}.json.gz")), api_name="/analyze"
+    )
+    assert set(ANALYZE_KEYS) <= set(summary)
+    assert summary["events"] == len(raw)
+    assert summary["kernel_events"] == len(kernels)
+    assert summary["kernel_time_us"] == pytest.approx(sum(e["dur"] for e in kernels))
+    count = kernel_table["headers"].index("count")
+    kind = kernel_table["headers"].index("kind")
+    assert sum(r[count] for r in kernel_table["data"] if r[kind] == "kernel") == len(kernels)
+    assert len(figure["plot"]) < 5_000_000
+    if not kernels and name != "cpu_only":
+        assert "No kernels recorded" in insights
+
+
+def test_analyze_our_own_cpu_trace(client, profiled):
+    summary, *_ = client.predict(handle_file(profiled["naive"][3]), api_name="/analyze")
+    assert summary["forwards"] == 3
+    assert summary["kernels_per_forward"] == profiled["naive"][0]["kernels_per_forward"]
+    assert summary["ops_per_forward"] == profiled["naive"][0]["ops_per_forward"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"this is not json", "not valid JSON"),
+        (b'{"hello": []}', "no `traceEvents`"),
+        (b'{"traceEvents": 5}', "must be a list"),
+    ],
+)
+def test_bad_uploads_are_clear_and_the_app_keeps_serving(client, tmp_path, content, message, profiled):
+    bad = tmp_path / "upload.json"
+    bad.write_bytes(content)
+    with pytest.raises(AppError, match=message):
+        client.predict(handle_file(str(bad)), api_name="/analyze")
+    summary, *_ = client.predict(handle_file(str(DATA / "cpu_only.json.gz")), api_name="/analyze")
+    assert summary["events"] == 30
+
+
+def test_gzip_bomb_and_truncated_uploads(client, tmp_path):
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        for _ in range(450):
+            f.write(b" " * 1024**2)  # 450 MiB of JSON whitespace, well under 1 MiB on disk
+    with pytest.raises(AppError, match="inflates to more than 400 MiB"):
+        client.predict(handle_file(str(bomb)), api_name="/analyze")
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes((DATA / "a100_simple_add.json.gz").read_bytes()[:4000])
+    with pytest.raises(AppError, match="truncated"):
+        client.predict(handle_file(str(cut)), api_name="/analyze")
+
+
+def test_share_without_token_or_repo(client, profiled):
+    trace = handle_file(profiled["naive"][3])
+    with pytest.raises(AppError, match="^token:"):
+        client.predict(trace, "alice/traces", "", api_name="/share")
+    with pytest.raises(AppError, match="^repo:"):
+        client.predict(trace, "not a repo", "hf_x", api_name="/share")
+
+
+def test_parallel_clients_get_their_own_runs(app_url):
+    from gradio_client import Client
+
+    seq_lens = [16, 24, 32, 40, 48, 56]
+
+    def one(seq_len):
+        return Client(app_url, verbose=False).predict(
+            "inplace", "auto", 1, 2, seq_len, 16, "float32", "cpu", False, api_name="/profile"
+        )
+
+    with ThreadPoolExecutor(len(seq_lens)) as pool:
+        results = list(pool.map(one, seq_lens))
+    assert len({r[3] for r in results}) == len(seq_lens)  # one trace each
+    for seq_len, (summary, _, _, trace_path, *_rest) in zip(seq_lens, results, strict=True):
+        assert summary["seq_len"] == seq_len
+        dims = load_trace(trace_path).events.query("name == 'aten::bmm'")["input_dims"]
+        assert {d[0][1] for d in dims} == {seq_len}  # the recorded shapes are this request's
+
+
+def test_endpoints_are_mcp_tools(app_url):
+    import urllib.request
+
+    with urllib.request.urlopen(app_url + "gradio_api/mcp/schema", timeout=30) as response:
+        tools = {tool["name"]: tool for tool in json.loads(response.read())}
+    assert {"profile", "compare", "sweep", "analyze", "diff"} <= set(tools)
+    assert {"variant", "backend", "seq_len", "dtype"} <= set(tools["profile"]["inputSchema"]["properties"])

@@ -1,0 +1,81 @@
+"""The page in a real headless Chromium (Debian's), driven by Playwright."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = ROOT / "artifacts"
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"CI must have Chromium at {CHROMIUM}: .ci/run installs Debian's chromium")
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def page(app_url, tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1800})
+        page = context.new_page()
+        page.goto(app_url, wait_until="domcontentloaded")
+        page.get_by_role("button", name="Profile", exact=True).wait_for(timeout=60_000)
+        yield page
+        browser.close()
+
+
+def test_profile_in_the_browser(page):
+    variant = page.get_by_label("variant")
+    variant.click()
+    page.get_by_role("option", name="in-place").click()
+    page.get_by_role("button", name="Profile", exact=True).click()
+
+    table = page.locator("#op-table")
+    table.get_by_text("aten::bmm").first.wait_for(timeout=120_000)
+    page.locator("#timeline .js-plotly-plot").first.wait_for(timeout=60_000)
+    assert page.locator("#timeline .js-plotly-plot .bars path").count() > 10  # real bars, drawn by plotly
+
+    link = page.locator("#trace-file a[download]").first
+    link.wait_for(timeout=30_000)
+    assert link.get_attribute("href").endswith(".json")
+    assert "masked_fill_" not in page.locator("#insights").inner_text()  # in-place: no hidden-copy insight
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "profile.png"), full_page=True)
+    assert (ARTIFACTS / "profile.png").stat().st_size > 10_000
+
+
+def test_backend_shows_only_for_sdpa(page):
+    backend = page.get_by_label("SDPA backend")
+    assert not backend.is_visible()
+    page.get_by_label("variant").click()
+    page.get_by_role("option", name="SDPA").click()
+    backend.wait_for(state="visible", timeout=10_000)
+
+
+def test_bad_input_shows_the_message(page):
+    seq_len = page.get_by_label("seq_len")
+    seq_len.fill("0")
+    page.get_by_role("button", name="Profile", exact=True).click()
+    page.get_by_text("seq_len: must be from 1 to 131072, got 0").first.wait_for(timeout=30_000)
+    seq_len.fill("256")

@@ -1,0 +1,80 @@
+"""The CLI, run as a user would run it, in a subprocess."""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import DATA, ROOT
+
+
+def cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "profiling", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_run_writes_a_trace_and_a_table_and_prints_the_summary(tmp_path):
+    out = cli(
+        "run",
+        "--variant",
+        "naive",
+        "--device",
+        "cpu",
+        "--batch",
+        "1",
+        "--heads",
+        "4",
+        "--seq-len",
+        "256",
+        "--head-dim",
+        "64",
+        "--dtype",
+        "float32",
+        "--trace-dir",
+        str(tmp_path),
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["kernels_per_forward"] == 6 and summary["variant"] == "naive"
+    traces, tables = list(tmp_path.glob("*.json")), list(tmp_path.glob("*.txt"))
+    assert len(traces) == 1 and len(tables) == 1 and traces[0].stem == tables[0].stem
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("name") == "attn_fwd" and e.get("cat") == "user_annotation") == 3
+
+
+def test_bad_flag_value_names_the_field():
+    out = cli("run", "--seq-len", "0", "--device", "cpu")
+    assert out.returncode == 2 and "seq_len: must be from 1" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_analyze_a_gpu_trace():
+    out = cli("analyze", str(DATA / "a100_simple_add.json.gz"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["kernel_events"] == 79
+
+
+def test_analyze_a_bad_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    out = cli("analyze", str(bad))
+    assert out.returncode == 2 and "not valid JSON" in out.stderr
+
+
+def test_sweep_and_compare_print_tables(tmp_path):
+    out = cli(
+        "sweep",
+        "--device",
+        "cpu",
+        "--variants",
+        "inplace,sdpa-flash",
+        "--seq-lens",
+        "32,64",
+        "--json",
+        "--trace-dir",
+        str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr
+    assert [r["seq_len"] for r in json.loads(out.stdout)] == [32, 64, 32, 64]
+    out = cli("compare", "--device", "cpu", "--seq-len", "32", "--trace-dir", str(tmp_path))
+    assert out.returncode == 0 and "sdpa-cudnn" in out.stdout and "naive" in out.stdout
