@@ -10,12 +10,20 @@ from typing import Any
 import pandas as pd
 
 from profiling.insights import Insight, find_insights
-from profiling.tables import FORWARD, WindowStats, kernel_table, op_table_from_trace, window_stats
+from profiling.tables import (
+    FORWARD,
+    WindowStats,
+    annotations,
+    kernel_table,
+    op_table_from_trace,
+    step_table,
+    window_stats,
+    window_table,
+)
 from profiling.trace import Trace, load_trace
 
 STEP = re.compile(r"^ProfilerStep#\d+$")
 MAX_ANNOTATIONS = 30
-WINDOW_COLUMNS = ["annotation", "count", "cpu (ms)", "device (ms)", "ops/window", "kernels/window", "kernel time (us)"]
 
 
 @dataclass
@@ -30,25 +38,9 @@ class Analysis:
     summary: dict[str, Any]
 
 
-def _window_row(stats: WindowStats) -> list[Any]:
-    return [
-        stats.name,
-        stats.count,
-        round(stats.cpu_ms, 4),
-        round(stats.device_ms, 4) if stats.device_ms is not None else None,
-        stats.ops_per_window,
-        stats.kernels_per_window,
-        float(stats.gpu.loc[stats.gpu["cat"] == "kernel", "dur"].sum()),
-    ]
-
-
-def _window_table(trace: Trace, names: list[str]) -> pd.DataFrame:
-    return pd.DataFrame([_window_row(window_stats(trace, n)) for n in names], columns=WINDOW_COLUMNS)
-
-
 def analyze_trace(trace: Trace) -> Analysis:
-    annotations = trace.complete[trace.complete["cat"] == "user_annotation"]
-    by_time = annotations.groupby("name")["dur"].sum().sort_values(ascending=False)
+    marks = annotations(trace)
+    by_time = marks.groupby("name")["dur"].sum().sort_values(ascending=False)
     step_names = sorted((n for n in by_time.index if STEP.match(n)), key=lambda n: int(n.split("#")[1]))
     other_names = [n for n in by_time.index if not STEP.match(n)][:MAX_ANNOTATIONS]
     has_forwards = FORWARD in by_time.index
@@ -76,8 +68,8 @@ def analyze_trace(trace: Trace) -> Analysis:
         scope=scope,
         op_table=op_table_from_trace(trace),
         kernel_table=kernels,
-        steps=_window_table(trace, step_names),
-        annotations=_window_table(trace, other_names),
+        steps=step_table(trace, marks[marks["name"].isin(step_names)].sort_values("ts")),
+        annotations=window_table(trace, other_names),
         insights=insights,
         summary=summary,
     )

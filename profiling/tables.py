@@ -133,25 +133,47 @@ def _propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> 
     return total
 
 
+def annotations(trace: Trace) -> pd.DataFrame:
+    """Every CPU-side `user_annotation` duration event (cached: analyses ask many times)."""
+    if "annotations" not in trace.cache:
+        ev = trace.complete
+        trace.cache["annotations"] = ev[ev["cat"] == "user_annotation"]
+    return trace.cache["annotations"]
+
+
 def annotation_windows(trace: Trace, name: str = FORWARD) -> pd.DataFrame:
-    """The CPU-side `user_annotation` windows called `name`, in time order."""
-    ev = trace.complete
-    windows = ev[(ev["cat"] == "user_annotation") & (ev["name"] == name)]
-    return windows.sort_values("ts")
+    """The windows of annotation `name`, in time order."""
+    ann = annotations(trace)
+    return ann[ann["name"] == name].sort_values("ts")
 
 
-def window_of(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
-    """For each event, the position of the window on its lane that contains it, or -1."""
-    inside = np.full(len(events), -1, dtype=np.int64)
-    ts, end = events["ts"].to_numpy(), events["end"].to_numpy()
-    lane = (events["pid"] + "/" + events["tid"]).to_numpy()
-    window_lane = (windows["pid"] + "/" + windows["tid"]).to_numpy()
-    starts, stops = windows["ts"].to_numpy(), windows["end"].to_numpy()
-    for key in np.unique(window_lane):
-        positions = np.flatnonzero(window_lane == key)
-        rows = np.flatnonzero(lane == key)
-        k = np.searchsorted(starts[positions], ts[rows], side="right") - 1
-        ok = (k >= 0) & (end[rows] <= stops[positions][np.clip(k, 0, None)] + 1e-3)
+def lane_codes(trace: Trace) -> np.ndarray:
+    """An integer per (pid, tid) lane for every event, computed once per trace."""
+    if "lanes" not in trace.cache:
+        ev = trace.events
+        trace.cache["lanes"] = pd.factorize(ev["pid"] + "/" + ev["tid"])[0]
+    return trace.cache["lanes"]
+
+
+def window_of(trace: Trace, windows: pd.DataFrame) -> np.ndarray:
+    """For each event, the position of the window on its lane that contains it, or -1.
+
+    Windows on one lane must not overlap (forwards, profiler steps, one annotation name).
+    """
+    ev = trace.events
+    inside = np.full(len(ev), -1, dtype=np.int64)
+    if windows.empty:
+        return inside
+    lanes = lane_codes(trace)
+    ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
+    window_lane = lanes[windows.index.to_numpy()]
+    window_start, window_stop = windows["ts"].to_numpy(), windows["end"].to_numpy()
+    order = np.argsort(window_start, kind="stable")
+    for code in np.unique(window_lane):
+        positions = order[window_lane[order] == code]  # this lane's windows, by start time
+        rows = np.flatnonzero(lanes == code)
+        k = np.searchsorted(window_start[positions], ts[rows], side="right") - 1
+        ok = (k >= 0) & (end[rows] <= window_stop[positions][np.clip(k, 0, None)] + 1e-3)
         inside[rows[ok]] = positions[k[ok]]
     return inside
 
@@ -199,7 +221,7 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         cpu_ms = float((ev["end"].max() - ev["ts"].min()) / 1e3) if len(ev) else 0.0
     else:
         windows = annotation_windows(trace, name)
-        where = window_of(ev, windows) if len(windows) else np.full(len(ev), -1, dtype=np.int64)
+        where = window_of(trace, windows)
         count = len(windows)
         cpu_ms = float(windows["dur"].mean() / 1e3) if count else 0.0
     on_gpu = (
@@ -236,6 +258,89 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         on_gpu=on_gpu,
         peak_memory_bytes=peak_memory(ev, where, device_type=1 if on_gpu else 0),
     )
+
+
+WINDOW_COLUMNS = ["annotation", "count", "cpu (ms)", "device (ms)", "ops/window", "kernels/window", "kernel time (us)"]
+STEP_COLUMNS = ["step", "cpu (ms)", "device (ms)", "ops", "gpu activities", "kernel time (us)"]
+
+
+def per_window(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
+    """One row per window: CPU ms, device span ms, aten ops, GPU activities and kernel µs it launched.
+
+    Vectorised: one pass over the events for all the (non-overlapping) windows together.
+    """
+    ev = trace.events
+    n = len(windows)
+    where = window_of(trace, windows)
+    gpu = trace.gpu_activity
+    is_kernel = gpu["cat"].eq("kernel").to_numpy()
+    launched = (
+        pd.DataFrame(
+            {
+                "n": 1.0,
+                "kernel_us": np.where(is_kernel, gpu["dur"].to_numpy(), 0.0),
+                "start": gpu["ts"].to_numpy(),
+                "stop": gpu["end"].to_numpy(),
+                "correlation": gpu["correlation"].to_numpy(),
+            }
+        )
+        .groupby("correlation")
+        .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
+    )
+    launches = ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (where >= 0)
+    work = launched.reindex(ev["correlation"].to_numpy()[launches])
+    w = where[launches]
+    found = work["n"].notna().to_numpy()
+    ops = np.bincount(where[structure(trace).is_aten & (where >= 0)], minlength=n)
+    first = pd.Series(work["start"].to_numpy()[found]).groupby(w[found]).min().reindex(range(n))
+    last = pd.Series(work["stop"].to_numpy()[found]).groupby(w[found]).max().reindex(range(n))
+    return pd.DataFrame(
+        {
+            "name": windows["name"].to_numpy(),
+            "cpu_ms": windows["dur"].to_numpy() / 1e3,
+            "device_ms": ((last - first) / 1e3).to_numpy(),
+            "ops": ops[:n],
+            "gpu": np.bincount(w[found], weights=work["n"].to_numpy()[found], minlength=n)[:n],
+            "kernel_us": np.bincount(w[found], weights=work["kernel_us"].to_numpy()[found], minlength=n)[:n],
+        }
+    )
+
+
+def step_table(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
+    """One row per profiler step."""
+    rows = per_window(trace, windows)
+    table = pd.DataFrame(
+        {
+            "step": rows["name"],
+            "cpu (ms)": rows["cpu_ms"],
+            "device (ms)": rows["device_ms"],
+            "ops": rows["ops"],
+            "gpu activities": rows["gpu"],
+            "kernel time (us)": rows["kernel_us"],
+        },
+        columns=STEP_COLUMNS,
+    )
+    return table
+
+
+def window_table(trace: Trace, names: list[str]) -> pd.DataFrame:
+    """One row per annotation name: windows, mean CPU and device ms, ops and GPU work per window."""
+    rows = []
+    for name in names:
+        per = per_window(trace, annotation_windows(trace, name))
+        device = per["device_ms"].dropna()
+        rows.append(
+            [
+                name,
+                len(per),
+                per["cpu_ms"].mean(),
+                device.mean() if len(device) else None,
+                per["ops"].mean(),
+                per["gpu"].mean(),
+                per["kernel_us"].sum(),
+            ]
+        )
+    return pd.DataFrame(rows, columns=WINDOW_COLUMNS)
 
 
 def peak_memory(events: pd.DataFrame, where: np.ndarray, device_type: int) -> int:

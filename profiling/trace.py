@@ -7,7 +7,9 @@ and counted instead of crashing the analysis.
 
 from __future__ import annotations
 
+import gc
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,21 +61,26 @@ class Trace:
     source: str = "trace"
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # derived structures, computed once
 
+    def _cached(self, key: str, make: Any) -> pd.DataFrame:
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
+
     def of_category(self, *categories: str) -> pd.DataFrame:
         return self.events[self.events["cat"].isin(categories)]
 
     @property
     def complete(self) -> pd.DataFrame:
         """Duration ("X") events: the ones with a start and an end."""
-        return self.events[self.events["ph"] == "X"]
+        return self._cached("complete", lambda: self.events[self.events["ph"] == "X"])
 
     @property
     def gpu_activity(self) -> pd.DataFrame:
-        return self.complete[self.complete["cat"].isin(GPU_ACTIVITY)]
+        return self._cached("gpu", lambda: self.complete[self.complete["cat"].isin(GPU_ACTIVITY)])
 
     @property
     def kernels(self) -> pd.DataFrame:
-        return self.complete[self.complete["cat"] == "kernel"]
+        return self._cached("kernels", lambda: self.complete[self.complete["cat"] == "kernel"])
 
     @property
     def devices(self) -> list[str]:
@@ -128,6 +135,19 @@ def _inflate(f: Any, limit: int) -> bytes:
     return bytes(out)
 
 
+@contextmanager
+def _no_gc() -> Any:
+    # Parsing builds millions of small objects and no cycles; the cyclic collector would
+    # rescan them again and again and make parse time grow faster than the trace.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_trace(path: str | Path, **limits: int) -> Trace:
     """Read a `.json` or `.json.gz` Chrome trace from disk."""
     return parse_trace(read_bytes(path, **limits), source=Path(path).name)
@@ -135,10 +155,15 @@ def load_trace(path: str | Path, **limits: int) -> Trace:
 
 def parse_trace(data: bytes, source: str = "trace") -> Trace:
     """Parse Chrome-trace JSON text: an object with `traceEvents`, or a bare list of events."""
-    try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise TraceError(f"trace: {source} is not valid JSON ({exc})") from None
+    with _no_gc():
+        try:
+            document = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(f"trace: {source} is not valid JSON ({exc})") from None
+        return _document_to_trace(document, source)
+
+
+def _document_to_trace(document: Any, source: str) -> Trace:
     if isinstance(document, list):
         raw_events, metadata = document, {}
     elif isinstance(document, dict):
