@@ -6,7 +6,9 @@ so importing this module is cheap.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
@@ -56,6 +58,24 @@ def store() -> Any:
     return _store
 
 
+def _app_file(path: str | None, field: str) -> str:
+    """`path` if it is a file this app holds (an upload or one of its own runs), else gr.Error.
+
+    An API caller can name any server path in a FileData; none but these may be read or shared.
+    """
+    from pathlib import Path
+
+    from gradio.utils import get_upload_folder
+
+    if not path:
+        raise gr.Error(f"{field}: upload a .json or .json.gz Chrome trace", print_exception=False)
+    resolved = Path(path).resolve()
+    roots = [Path(get_upload_folder()).resolve(), store().root.resolve()]
+    if not resolved.is_file() or not any(resolved.is_relative_to(root) for root in roots):
+        raise gr.Error(f"{field}: only files uploaded to this app or produced by it can be used", print_exception=False)
+    return str(resolved)
+
+
 def _whole(value: Any) -> Any:
     """Numbers from the UI arrive as floats; pass whole ones on as int, the rest untouched."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -72,9 +92,9 @@ def _spec(
     device: str,
     compile: bool,
 ) -> Any:
-    from attention import AttentionSpec, SpecError
+    from attention import AttentionSpec
 
-    try:
+    with _user_errors():
         return AttentionSpec(
             variant=variant,
             backend=backend or "auto",
@@ -86,21 +106,24 @@ def _spec(
             device=device,
             compile=bool(compile),
         )
-    except SpecError as exc:
-        raise gr.Error(str(exc), print_exception=False) from None
 
 
 def _progress(progress: gr.Progress) -> Any:
     return lambda fraction, message: progress(fraction, desc=message)
 
 
-def _errors() -> tuple[type[Exception], ...]:
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Our own errors (bad spec, failed run, bad trace, failed share) reach the user as gr.Error."""
     from attention import SpecError
     from profiling.runner import RunError
     from profiling.share import ShareError
     from profiling.trace import TraceError
 
-    return SpecError, RunError, TraceError, ShareError
+    try:
+        yield
+    except (SpecError, RunError, TraceError, ShareError) as exc:
+        raise gr.Error(str(exc), print_exception=False) from None
 
 
 def _insights_markdown(insights: list[Any]) -> str:
@@ -128,10 +151,8 @@ def profile(
     from profiling.tables import rounded
 
     spec = _spec(variant, backend, batch, heads, seq_len, head_dim, dtype, device, compile)
-    try:
+    with _user_errors():
         result = profile_attention(spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
-    except _errors() as exc:
-        raise gr.Error(str(exc), print_exception=False) from None
     return (
         result.summary,
         rounded(result.op_table),
@@ -181,15 +202,13 @@ def sweep(
     from profiling.charts import sweep_chart
     from profiling.sweep import sweep as run_sweep
 
-    try:
+    with _user_errors():
         chosen = parse_variants(",".join(variants or []))
         lengths = parse_seq_lens(str(seq_lens))
         spec = _spec(
             chosen[0][0], chosen[0][1], batch, heads, min(lengths, default=0), head_dim, dtype, device, compile
         )
         rows = run_sweep(spec, chosen, lengths, store().new_dir(), _progress(progress))
-    except _errors() as exc:
-        raise gr.Error(str(exc), print_exception=False) from None
     return rows, sweep_chart(rows)
 
 
@@ -199,13 +218,10 @@ def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> tuple:
     from profiling.charts import timeline
     from profiling.tables import rounded
 
-    if not trace:
-        raise gr.Error("trace: upload a .json or .json.gz Chrome trace", print_exception=False)
+    path = _app_file(trace, "trace")
     progress(0.1, desc="reading the trace")
-    try:
-        result = analyze_file(trace)
-    except _errors() as exc:
-        raise gr.Error(str(exc), print_exception=False) from None
+    with _user_errors():
+        result = analyze_file(path)
     progress(0.8, desc="drawing the timeline")
     return (
         result.summary,
@@ -233,12 +249,11 @@ def share(trace: str | None, repo_id: str, token: str, oauth_token: gr.OAuthToke
     from profiling.share import share_trace
 
     secret = token or (oauth_token.token if oauth_token else "")
-    try:
-        if not trace:
-            raise gr.Error("trace: there is no trace to share yet; profile or analyze one first", print_exception=False)
-        links = share_trace(trace, repo_id, secret)
-    except _errors() as exc:
-        raise gr.Error(str(exc), print_exception=False) from None
+    if not trace:
+        raise gr.Error("trace: there is no trace to share yet; profile or analyze one first", print_exception=False)
+    path = _app_file(trace, "trace")
+    with _user_errors():
+        links = share_trace(path, repo_id, secret)
     return links, f"[Open in Perfetto]({links['perfetto_url']}) · [file]({links['url']})\n\n{links['note']}"
 
 
@@ -293,8 +308,11 @@ def _share_box(trace: gr.File, api_name: str | None) -> None:
         )
 
 
-def build_demo() -> gr.Blocks:
-    """The whole app: shape controls shared by the Profile, Compare and Sweep tabs."""
+def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
+    """The whole app: shape controls shared by the Profile, Compare and Sweep tabs.
+
+    `queue_size` bounds the requests waiting for the device; past it a user is told the queue is full.
+    """
     import torch
 
     from attention import BACKENDS, DTYPES, LIMITS, PRESETS
@@ -423,7 +441,7 @@ def build_demo() -> gr.Blocks:
                 concurrency_limit=2,
             )
         history.change(_diff_choices, history, [before, after], api_visibility="private")
-    demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
+    demo.queue(max_size=queue_size, default_concurrency_limit=1)
     return demo
 
 
