@@ -26,6 +26,7 @@ MASK_OPS = ("aten::ones", "aten::tril", "aten::triu", "aten::where", "aten::logi
 SAFE_SOFTMAX_GUARDS = ("aten::isneginf", "aten::all", "aten::where")
 FUSED_OP_HINTS = ("flash", "efficient", "cudnn", "flex_attention", "_fused_")
 LOW_OCCUPANCY_PERCENT = 25
+PROFILER_OVERHEAD_NOTICE = 0.15  # say so when the profiler adds more than this share
 ATTENTION_FAMILIES = ("flash-attention", "efficient-attention", "cudnn-attention")
 
 
@@ -45,6 +46,7 @@ class Evidence:
     kernels: pd.DataFrame
     dtype: str | None  # the run's dtype; None for uploads
     device: str | None  # cpu or cuda; None for uploads
+    unprofiled_ms: float | None = None  # the same forward timed without the profiler (our runs only)
 
     @property
     def per(self) -> float:
@@ -292,6 +294,23 @@ def no_kernels(ev: Evidence) -> Insight | None:
     )
 
 
+def profiler_overhead(ev: Evidence) -> Insight | None:
+    """On CPU the profiler's per-op bookkeeping lands inside the forward it measures."""
+    scope = ev.scope
+    if ev.unprofiled_ms is None or scope.on_gpu or not scope.count or ev.unprofiled_ms <= 0:
+        return None
+    ratio = scope.cpu_ms / ev.unprofiled_ms
+    if ratio < 1 + PROFILER_OVERHEAD_NOTICE:
+        return None
+    return Insight(
+        "profiler_overhead",
+        f"Profiler overhead: a forward took {scope.cpu_ms:.3f} ms under the profiler but {ev.unprofiled_ms:.3f} ms "
+        f"without it (x{ratio:.2f}); its {scope.ops_per_window:g} ops per forward each pay the profiler's "
+        "bookkeeping, so compare runs by their unprofiled time.",
+        {"profiled_ms": scope.cpu_ms, "unprofiled_ms": ev.unprofiled_ms, "ratio": ratio},
+    )
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -308,10 +327,17 @@ RULES: tuple[Rule, ...] = (
     Rule("overhead_bound", "CPU vs device time per forward, kernel gaps", overhead_bound),
     Rule("occupancy", "registers x threads, shared memory, deviceProperties", occupancy),
     Rule("no_kernels", "GPU launches or devices but no kernel events", no_kernels),
+    Rule("profiler_overhead", "profiled vs unprofiled forward time (CPU runs)", profiler_overhead),
 )
 
 
-def find_insights(trace: Trace, scope: WindowStats, kernels: pd.DataFrame, spec: Any | None = None) -> list[Insight]:
+def find_insights(
+    trace: Trace,
+    scope: WindowStats,
+    kernels: pd.DataFrame,
+    spec: Any | None = None,
+    unprofiled_ms: float | None = None,
+) -> list[Insight]:
     """Every rule's insight for this trace, in rule order."""
     evidence = Evidence(
         trace=trace,
@@ -319,5 +345,6 @@ def find_insights(trace: Trace, scope: WindowStats, kernels: pd.DataFrame, spec:
         kernels=kernels,
         dtype=getattr(spec, "dtype", None),
         device=getattr(spec, "device", None),
+        unprofiled_ms=unprofiled_ms,
     )
     return [insight for rule in RULES if (insight := rule.check(evidence)) is not None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from profiling.tables import FORWARD, WindowStats, kernel_table, op_table_from_k
 from profiling.trace import Trace, load_trace
 
 WARMUP_CALLS = 3
+UNPROFILED_CALLS = 5  # timed without the profiler, to show what its per-op overhead adds
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # the profiler schedule; ACTIVE forwards are measured
 
 Progress = Callable[[float, str], None]
@@ -111,6 +113,8 @@ def profile_attention(
                     _sync(spec.device)
                     prof.step()
                     check_time("profiling")
+            report(0.8, "timing without the profiler")
+            unprofiled_ms = _unprofiled_ms(forward, spec.device)
             report(0.85, "measuring error against float64")
             error = (out.double() - attention.reference_attention(query, key, value)).abs().max().item()
     except torch.cuda.OutOfMemoryError:
@@ -130,8 +134,8 @@ def profile_attention(
     trace = load_trace(trace_path)
     forwards = window_stats(trace, device=spec.device)
     kernels = kernel_table(trace, forwards)
-    insights = find_insights(trace, forwards, kernels, spec)
-    summary = build_summary(spec, forwards, averages, error, insights)
+    insights = find_insights(trace, forwards, kernels, spec, unprofiled_ms)
+    summary = build_summary(spec, forwards, averages, error, insights, unprofiled_ms)
     report(1.0, "done")
     return RunResult(
         spec=spec,
@@ -144,6 +148,18 @@ def profile_attention(
         trace_path=trace_path,
         table_path=table_path,
     )
+
+
+def _unprofiled_ms(forward: Callable[[], torch.Tensor], device: str) -> float:
+    """Median wall time of a forward with no profiler attached (synchronised on CUDA)."""
+    times = []
+    for _ in range(UNPROFILED_CALLS):
+        _sync(device)
+        start = time.perf_counter()
+        forward()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
 
 
 def _warm(forward: Callable[[], torch.Tensor], spec: AttentionSpec) -> torch.Tensor:

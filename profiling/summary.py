@@ -43,7 +43,12 @@ def device_name(device: str) -> str:
 
 
 def build_summary(
-    spec: AttentionSpec, forwards: WindowStats, averages: Any, max_abs_error: float, insights: list[Insight]
+    spec: AttentionSpec,
+    forwards: WindowStats,
+    averages: Any,
+    max_abs_error: float,
+    insights: list[Insight],
+    unprofiled_ms: float | None = None,
 ) -> dict[str, Any]:
     on_cuda = spec.device == "cuda"
     self_cpu_us = sum(e.self_cpu_time_total for e in averages)
@@ -66,6 +71,7 @@ def build_summary(
         "forwards": forwards.count,
         "forward_cpu_ms": round(forwards.cpu_ms, 4),
         "forward_device_ms": round(forwards.device_ms, 4) if on_cuda and forwards.device_ms is not None else None,
+        "forward_unprofiled_ms": round(unprofiled_ms, 4) if unprofiled_ms is not None else None,
         "self_cpu_total_ms": round(self_cpu_us / 1e3, 4),
         "self_device_total_ms": round(self_device_us / 1e3, 4) if on_cuda else None,
         "kernels_per_forward": forwards.kernels_per_window,

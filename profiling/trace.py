@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import pandas as pd
+
+try:  # orjson parses traces several times faster; the stdlib keeps the CLI working without it
+    import orjson
+
+    _loads, _JSONError = orjson.loads, orjson.JSONDecodeError
+except ImportError:  # pragma: no cover - exercised on bare GPU images
+    import json
+
+    _loads, _JSONError = json.loads, json.JSONDecodeError  # type: ignore[assignment]
 
 MAX_FILE_BYTES = 100 * 1024**2  # on disk, compressed or not
 MAX_JSON_BYTES = 400 * 1024**2  # after inflating; a gzip bomb stops here
@@ -157,8 +165,8 @@ def parse_trace(data: bytes, source: str = "trace") -> Trace:
     """Parse Chrome-trace JSON text: an object with `traceEvents`, or a bare list of events."""
     with _no_gc():
         try:
-            document = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
+            document = _loads(data)
+        except (_JSONError, UnicodeDecodeError) as exc:
             raise TraceError(f"trace: {source} is not valid JSON ({exc})") from None
         return _document_to_trace(document, source)
 

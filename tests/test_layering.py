@@ -59,3 +59,15 @@ def test_app_import_is_light():
     code = "import sys, app; print('torch' in sys.modules, 'profiling' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_trace_reader_works_without_orjson():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['orjson'] = None; from profiling.trace import load_trace; "
+        "print(len(load_trace('tests/data/a100_simple_add.json.gz').kernels))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "79", out.stderr

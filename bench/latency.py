@@ -1,0 +1,79 @@
+"""End-to-end latency of one /profile call vs the work it must do: the app's fixed overhead.
+
+Starts the real app on a local port, calls /profile through gradio_client, and compares the
+median latency with (forwards per call) x (unprofiled forward time) measured in the same process.
+
+    python bench/latency.py [--seq-len 256] [--calls 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import torch
+import torch.utils.benchmark as benchmark
+from gradio_client import Client
+
+import app
+import attention
+from attention import AttentionSpec
+from profiling import runner
+
+FORWARDS_PER_CALL = runner.WARMUP_CALLS + runner.WAIT + runner.WARMUP + runner.ACTIVE + runner.UNPROFILED_CALLS
+
+
+def forward_ms(spec: AttentionSpec) -> float:
+    q, k, v = attention.make_inputs(spec)
+    mask = attention.causal_mask(spec.seq_len, spec.device)
+    fn = attention.build(spec)
+    timer = benchmark.Timer(
+        "with torch.no_grad(): fn(q, k, v, mask=mask)",
+        globals={"fn": fn, "q": q, "k": k, "v": v, "mask": mask, "torch": torch},
+    )
+    return timer.blocked_autorange(min_run_time=0.5).median * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--calls", type=int, default=5)
+    args = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ["ATTENTION_PROFILER_DIR"] = tempfile.mkdtemp(prefix="latency-")
+    demo = app.build_demo()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}; {args.calls} calls each, medians")
+    print(f"{'run':>10} {'forward ms':>11} {'work ms':>9} {'latency ms':>11} {'overhead ms':>12} {'latency/work':>13}")
+    try:
+        for variant, backend in (("naive", "auto"), ("sdpa", "flash")):
+            spec = AttentionSpec(variant=variant, backend=backend, seq_len=args.seq_len, device="cpu")
+            latencies = []
+            for _ in range(args.calls):
+                start = time.perf_counter()
+                client.predict(variant, backend, 1, 4, args.seq_len, 64, "float32", "cpu", False, api_name="/profile")
+                latencies.append((time.perf_counter() - start) * 1e3)
+            work = FORWARDS_PER_CALL * forward_ms(spec)
+            latency = statistics.median(latencies)
+            print(
+                f"{spec.name:>10} {work / FORWARDS_PER_CALL:>11.3f} {work:>9.1f} {latency:>11.1f} "
+                f"{latency - work:>12.1f} {latency / work:>13.1f}"
+            )
+    finally:
+        demo.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The benchmark scripts stay runnable (their numbers go in the README, not in assertions)."""
+
+import subprocess
+import sys
+
+from profiling.trace import load_trace
+from tests.conftest import ROOT
+
+
+def test_gpu_check_runs_and_writes_gzipped_traces(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "bench/gpu_check.py",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--heads",
+            "2",
+            "--seq-len",
+            "32",
+            "--dtype",
+            "float32",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "== naive: 6 kernels/forward" in out.stdout and "sdpa-cudnn: unavailable" in out.stdout
+    traces = sorted(p.name for p in tmp_path.glob("*.json.gz"))
+    assert traces == ["cpu_inplace.json.gz", "cpu_naive.json.gz", "cpu_sdpa-flash.json.gz", "cpu_sdpa-math.json.gz"]
+    assert (load_trace(tmp_path / "cpu_naive.json.gz").complete["name"] == "attn_fwd").sum() == 3
