@@ -97,8 +97,9 @@ def main() -> None:
             measured = s["forward_device_ms"] if s["forward_device_ms"] is not None else s["forward_unprofiled_ms"]
             events = event_ms(spec)
             print(
-                f"\n== {spec.name}: {s['kernels_per_forward']:g} kernels/forward · device {s['forward_device_ms']} ms · "
-                f"cpu {s['forward_cpu_ms']} ms · unprofiled {s['forward_unprofiled_ms']} ms · "
+                f"\n== {spec.name}: {s['kernels_per_forward']:g} kernels/forward · "
+                f"device {s['forward_device_ms']} ms · cpu {s['forward_cpu_ms']} ms · "
+                f"unprofiled {s['forward_unprofiled_ms']} ms · "
                 f"events {events:.4f} ms · profiler/events {measured / events:.3f} · "
                 f"peak {s['peak_memory_bytes'] / 2**20:.1f} MiB · err {s['max_abs_error']:.2e}"
             )
