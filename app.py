@@ -25,7 +25,13 @@ except ImportError:
 
 QUEUE_SIZE = int(os.environ.get("ATTENTION_PROFILER_QUEUE", "16"))
 RUN_TIME_LIMIT_S = float(os.environ.get("ATTENTION_PROFILER_TIME_LIMIT", "300"))
-VARIANT_CHOICES = [("naive", "naive"), ("in-place", "inplace"), ("SDPA", "sdpa"), ("flex_attention", "flex")]
+VARIANT_CHOICES = [
+    ("naive", "naive"),
+    ("in-place", "inplace"),
+    ("SDPA", "sdpa"),
+    ("flex_attention", "flex"),
+    ("FlashAttention from the Hub", "hub_flash"),
+]
 PERFETTO_HELP = (
     "Open the trace at [ui.perfetto.dev](https://ui.perfetto.dev): **Open trace file**, then pick the `.json`."
 )
@@ -401,7 +407,16 @@ def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
         with gr.Tab("Sweep"):
             with gr.Row():
                 sweep_variants = gr.CheckboxGroup(
-                    ["naive", "inplace", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flex"],
+                    [
+                        "naive",
+                        "inplace",
+                        "sdpa-math",
+                        "sdpa-flash",
+                        "sdpa-efficient",
+                        "sdpa-cudnn",
+                        "flex",
+                        "hub_flash",
+                    ],
                     value=["naive", "sdpa-math", "sdpa-flash"],
                     label="variants",
                 )

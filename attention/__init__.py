@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 
 from attention.flex import flex_causal_attention
+from attention.hub_flash import hub_flash_attention
 from attention.inplace import inplace_attention
 from attention.naive import naive_attention
 from attention.sdpa import SDPA_BACKENDS, sdpa_attention
@@ -41,6 +42,7 @@ ATTENTION_FUNCTIONS: dict[str, AttentionFn] = {
     "inplace": inplace_attention,
     "sdpa": sdpa_attention,
     "flex": flex_causal_attention,
+    "hub_flash": hub_flash_attention,
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-VARIANTS = ("naive", "inplace", "sdpa", "flex")
+VARIANTS = ("naive", "inplace", "sdpa", "flex", "hub_flash")
 BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

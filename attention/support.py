@@ -53,10 +53,23 @@ def flex_reason(spec: AttentionSpec) -> str | None:
     return None
 
 
+def hub_flash_reason(spec: AttentionSpec) -> str | None:
+    if spec.device != "cuda":
+        return "FlashAttention from the Hub (kernels-community/flash-attn2) runs only on CUDA"
+    if spec.dtype == "float32":
+        return "FlashAttention from the Hub needs bfloat16 or float16 inputs, not float32"
+    from attention.hub_flash import load_hub_flash
+
+    loaded = load_hub_flash()
+    return loaded if isinstance(loaded, str) else None
+
+
 def unsupported(spec: AttentionSpec) -> str | None:
     """Why `spec` cannot run on its device, or None if it can."""
     if spec.variant == "flex":
         return flex_reason(spec)
+    if spec.variant == "hub_flash":
+        return hub_flash_reason(spec)
     if spec.variant != "sdpa" or spec.backend in ("auto", "math"):
         return None
     if spec.device == "cpu":

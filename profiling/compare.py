@@ -19,6 +19,7 @@ COMPARED: tuple[tuple[str, str], ...] = (
     ("sdpa", "efficient"),
     ("sdpa", "cudnn"),
     ("flex", "auto"),
+    ("hub_flash", "auto"),
 )
 COMPARE_COLUMNS = [
     "run",

@@ -93,3 +93,27 @@ def test_cpu_backends_are_supported(backend):
 def test_flash_refuses_a_head_dim_it_cannot_tile_with_torchs_reason():
     reason = unsupported(AttentionSpec(variant="sdpa", backend="flash", head_dim=512, dtype="bfloat16", device="cuda"))
     assert reason is not None and "flash" in reason and "torch gave no reason" not in reason
+
+
+def test_hub_flash_says_why_it_cannot_run_on_cpu():
+    reason = unsupported(AttentionSpec(variant="hub_flash", dtype="bfloat16", device="cpu"))
+    assert reason == "FlashAttention from the Hub (kernels-community/flash-attn2) runs only on CUDA"
+
+
+def test_hub_flash_loader_explains_a_missing_package(monkeypatch):
+    import sys
+
+    from attention import hub_flash
+
+    hub_flash.load_hub_flash.cache_clear()
+    monkeypatch.setitem(sys.modules, "kernels", None)  # as on a machine without the package
+    try:
+        assert "`kernels` package is not installed" in hub_flash.load_hub_flash()
+    finally:
+        hub_flash.load_hub_flash.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_hub_flash_refuses_float32_on_cuda():
+    assert "bfloat16 or float16" in unsupported(AttentionSpec(variant="hub_flash", dtype="float32", device="cuda"))
