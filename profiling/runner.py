@@ -25,6 +25,8 @@ WARMUP_CALLS = 3
 UNPROFILED_CALLS = 5  # timed without the profiler, to show what its per-op overhead adds
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # the profiler schedule; ACTIVE forwards are measured
 
+CPU_OOM = "can't allocate memory"  # what the CPU allocator's RuntimeError says
+
 Progress = Callable[[float, str], None]
 
 
@@ -49,7 +51,11 @@ def run_name(spec: AttentionSpec) -> str:
     """Readable and unique: two runs of one spec, even in one second, never collide."""
     shape = f"{spec.batch}x{spec.heads}x{spec.seq_len}x{spec.head_dim}"
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{spec.name}_{spec.dtype}_{shape}_{stamp}_{uuid.uuid4().hex[:6]}"
+    return f"{spec.name}_{spec.dtype}_{shape}_{stamp}_{uuid.uuid4().hex[:6]}"  # uuid: same spec, same second
+
+
+def _shape(spec: AttentionSpec) -> str:
+    return f"{spec.batch}x{spec.heads}x{spec.seq_len}x{spec.head_dim} {spec.dtype}"
 
 
 def _sync(device: str) -> None:
@@ -117,12 +123,15 @@ def profile_attention(
             unprofiled_ms = _unprofiled_ms(forward, spec.device)
             report(0.85, "measuring error against float64")
             error = (out.double() - attention.reference_attention(query, key, value)).abs().max().item()
-    except torch.cuda.OutOfMemoryError:
+    except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         raise RunError(
-            f"out of GPU memory for {spec.batch}x{spec.heads}x{spec.seq_len}x{spec.head_dim} {spec.dtype}; "
-            "the cache was freed, try a smaller seq_len or batch"
+            f"out of GPU memory for {_shape(spec)}; the cache was freed, try a smaller seq_len or batch"
         ) from None
+    except RuntimeError as exc:
+        if CPU_OOM not in str(exc):
+            raise
+        raise RunError(f"out of CPU memory for {_shape(spec)}; try a smaller seq_len or batch") from None
 
     report(0.9, "exporting the trace")
     trace_path = trace_dir / f"{name}.json"

@@ -216,3 +216,16 @@ def test_endpoints_are_mcp_tools(app_url):
         tools = {tool["name"]: tool for tool in json.loads(response.read())}
     assert {"profile", "compare", "sweep", "analyze", "diff"} <= set(tools)
     assert {"variant", "backend", "seq_len", "dtype"} <= set(tools["profile"]["inputSchema"]["properties"])
+
+
+def test_share_never_shows_the_token(client, profiled, caplog, capfd):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    token = "hf_ClientSideSecret0123456789"
+    with pytest.raises(AppError) as err:  # no machine here reaches the Hub; the failure path is what is tested
+        client.predict(handle_file(profiled["naive"][3]), "alice/attention-traces", token, api_name="/share")
+    assert str(err.value).startswith(("share:", "token:", "repo:"))
+    out, errors = capfd.readouterr()
+    for text in (str(err.value), caplog.text, out, errors):
+        assert token not in text

@@ -38,3 +38,17 @@ def test_math_many_fused_one(gpu_runs):
 def test_kernel_table_has_launch_shapes(gpu_runs):
     table = gpu_runs["flash"].kernel_table
     assert table["grid"].iloc[0] and table["registers/thread"].iloc[0] > 0
+
+
+def test_gpu_out_of_memory_is_caught_and_the_next_run_works(tmp_path, monkeypatch):
+    import attention.spec
+    from profiling.runner import RunError
+
+    monkeypatch.setattr(attention.spec, "available_bytes", lambda device: 2**60)
+    huge = AttentionSpec(
+        variant="naive", batch=64, heads=64, seq_len=65536, head_dim=64, dtype="bfloat16", device="cuda"
+    )
+    with pytest.raises(RunError, match="^out of GPU memory"):
+        profile_attention(huge, tmp_path)
+    monkeypatch.undo()
+    assert profile_attention(AttentionSpec(**BLOG), tmp_path).summary["kernels_per_forward"] > 0

@@ -93,3 +93,15 @@ def test_unsupported_backend_is_refused_before_running(tmp_path):
 def test_time_limit_is_reported(tmp_path):
     with pytest.raises(RunError, match="^time limit: the run passed 0 s"):
         profile_attention(AttentionSpec(seq_len=32, device="cpu"), tmp_path, time_limit_s=0.0)
+
+
+def test_out_of_memory_is_caught_and_the_next_run_works(tmp_path, monkeypatch):
+    import attention.spec
+
+    # Claim a machine with an exabyte free so the guard lets an impossible shape through to the allocator.
+    monkeypatch.setattr(attention.spec, "available_bytes", lambda device: 2**60)
+    huge = AttentionSpec(variant="inplace", batch=512, heads=256, seq_len=131072, head_dim=64, device="cpu")
+    with pytest.raises(RunError, match="^out of CPU memory for 512x256x131072x64 float32"):
+        profile_attention(huge, tmp_path)
+    monkeypatch.undo()
+    assert profile_attention(AttentionSpec(seq_len=32, device="cpu"), tmp_path).summary["kernels_per_forward"] == 6
