@@ -41,7 +41,15 @@ def main() -> None:
     table = compare_table(rows)
     table["what the trace revealed"] = table["what the trace revealed"].str.slice(0, 60)
     with_device = cuda and table["forward device (ms)"].notna().any()
-    columns = ["run", "kernels/forward", "forward cpu (ms)", "peak memory (MiB)", "max abs error", "speed-up vs naive"]
+    columns = [
+        "run",
+        "kernels/forward",
+        "forward cpu (ms)",
+        "unprofiled (ms)",
+        "peak memory (MiB)",
+        "max abs error",
+        "speed-up vs naive",
+    ]
     if with_device:
         columns.insert(3, "forward device (ms)")
     print(table[columns].to_string(index=False))
