@@ -7,6 +7,7 @@ built once outside the forward; variants that mask by themselves ignore it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -85,6 +86,30 @@ def build(spec: AttentionSpec) -> AttentionFn:
     return torch.compile(fn) if spec.compile else fn  # type: ignore[return-value]
 
 
+@dataclass
+class Prepared:
+    """A spec bound to its seeded inputs and mask: call it to run one forward."""
+
+    spec: AttentionSpec
+    fn: AttentionFn
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    mask: torch.Tensor
+
+    def __call__(self) -> torch.Tensor:
+        return self.fn(self.query, self.key, self.value, mask=self.mask, backend=self.spec.backend)
+
+    def reference(self) -> torch.Tensor:
+        return reference_attention(self.query, self.key, self.value)
+
+
+def prepare(spec: AttentionSpec, seed: int = 0) -> Prepared:
+    """Build the spec's function, inputs and causal mask once; each call is then one forward."""
+    query, key, value = make_inputs(spec, seed)
+    return Prepared(spec, build(spec), query, key, value, causal_mask(spec.seq_len, spec.device))
+
+
 __all__ = [
     "ATTENTION_FUNCTIONS",
     "BACKENDS",
@@ -96,11 +121,13 @@ __all__ = [
     "VARIANTS",
     "AttentionFn",
     "AttentionSpec",
+    "Prepared",
     "SpecError",
     "build",
     "causal_mask",
     "format_bytes",
     "make_inputs",
+    "prepare",
     "reference_attention",
     "unsupported",
 ]

@@ -21,40 +21,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
-import torch.utils.benchmark as benchmark
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import attention
 from attention import AttentionSpec
+from bench.timing import timer_ms
 from profiling.runner import profile_attention
 
 VARIANTS = (("naive", "auto"), ("inplace", "auto"), ("sdpa", "math"), ("sdpa", "flash"))
 
 
-def unprofiled_ms(spec: AttentionSpec) -> float:
-    q, k, v = attention.make_inputs(spec)
-    mask = attention.causal_mask(spec.seq_len, spec.device)
-    fn = attention.build(spec)
-    timer = benchmark.Timer(
-        "with torch.no_grad(): fn(q, k, v, mask=mask, backend=backend)",
-        globals={"fn": fn, "q": q, "k": k, "v": v, "mask": mask, "backend": spec.backend, "torch": torch},
-        num_threads=torch.get_num_threads(),
-    )
-    return timer.blocked_autorange(min_run_time=0.5).median * 1e3
-
-
 def bare_profile_ms(spec: AttentionSpec) -> float:
     """The runner's schedule with the two expensive options off: what they cost, measured."""
-    q, k, v = attention.make_inputs(spec)
-    mask = attention.causal_mask(spec.seq_len, spec.device)
-    fn = attention.build(spec)
+    forward = attention.prepare(spec)
     with torch.no_grad():
         for _ in range(3):
-            fn(q, k, v, mask=mask, backend=spec.backend)
+            forward()
         with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3)) as prof:
             for _ in range(5):
                 with record_function("attn_fwd"):
-                    fn(q, k, v, mask=mask, backend=spec.backend)
+                    forward()
                 prof.step()
     windows = [e for e in prof.events() if e.name == "attn_fwd"]
     return statistics.mean(e.cpu_time_total for e in windows) / 1e3
@@ -75,7 +61,7 @@ def main() -> None:
             spec = AttentionSpec(variant=variant, backend=backend, batch=2, heads=8, seq_len=args.seq_len, device="cpu")
             rounds = []
             for _ in range(args.repeats):  # interleaved, so drift on a noisy machine hits every column alike
-                timer = unprofiled_ms(spec)
+                timer = timer_ms(spec)
                 summary = profile_attention(spec, tmp).summary
                 rounds.append(
                     (timer, summary["forward_cpu_ms"], bare_profile_ms(spec), summary["forward_unprofiled_ms"])

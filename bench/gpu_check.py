@@ -27,61 +27,42 @@ import torch
 
 import attention
 from attention import AttentionSpec, SpecError
+from profiling.__main__ import add_shape_args, spec_from_args
+from profiling.compare import COMPARED
 from profiling.runner import RunError, profile_attention
 
-RUNS = (
-    ("naive", "auto"),
-    ("inplace", "auto"),
-    ("sdpa", "math"),
-    ("sdpa", "flash"),
-    ("sdpa", "efficient"),
-    ("sdpa", "cudnn"),
-)
+RUNS = COMPARED[:6]  # the blog's six: naive, in-place, SDPA math/flash/efficient/cuDNN
 TIMED_CALLS = 20
 
 
 def event_ms(spec: AttentionSpec) -> float:
-    """Mean time of one forward between CUDA events (wall clock with a sync on CPU)."""
-    q, k, v = attention.make_inputs(spec)
-    mask = attention.causal_mask(spec.seq_len, spec.device)
-    fn = attention.build(spec)
+    """Median time of one forward between CUDA events (wall clock on the CPU)."""
+    forward = attention.prepare(spec)
     times = []
     with torch.no_grad():
         for _ in range(3):
-            fn(q, k, v, mask=mask, backend=spec.backend)
+            forward()
         for _ in range(TIMED_CALLS):
             if spec.device == "cuda":
                 start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                fn(q, k, v, mask=mask, backend=spec.backend)
+                forward()
                 stop.record()
                 torch.cuda.synchronize()
                 times.append(start.elapsed_time(stop))
             else:
                 t0 = time.perf_counter()
-                fn(q, k, v, mask=mask, backend=spec.backend)
+                forward()
                 times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=1024)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--dtype", default="bfloat16")
+    add_shape_args(parser, preset="blog", device="cuda")
     parser.add_argument("--out", type=Path, default=None, help="where the gzipped traces go")
     args = parser.parse_args()
-    base = AttentionSpec(
-        batch=args.batch,
-        heads=args.heads,
-        seq_len=args.seq_len,
-        head_dim=args.head_dim,
-        dtype=args.dtype,
-        device=args.device,
-    )
+    base = spec_from_args(args)
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     tag = gpu.split()[-1].lower().replace("-", "") if args.device == "cuda" else "cpu"
     print(f"{gpu} · torch {torch.__version__} · {base.batch}x{base.heads}x{base.seq_len}x{base.head_dim} {base.dtype}")

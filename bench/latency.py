@@ -21,26 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import torch
-import torch.utils.benchmark as benchmark
 from gradio_client import Client
 
 import app
-import attention
 from attention import AttentionSpec
+from bench.timing import timer_ms
 from profiling import runner
 
 FORWARDS_PER_CALL = runner.WARMUP_CALLS + runner.WAIT + runner.WARMUP + runner.ACTIVE + runner.UNPROFILED_CALLS
-
-
-def forward_ms(spec: AttentionSpec) -> float:
-    q, k, v = attention.make_inputs(spec)
-    mask = attention.causal_mask(spec.seq_len, spec.device)
-    fn = attention.build(spec)
-    timer = benchmark.Timer(
-        "with torch.no_grad(): fn(q, k, v, mask=mask)",
-        globals={"fn": fn, "q": q, "k": k, "v": v, "mask": mask, "torch": torch},
-    )
-    return timer.blocked_autorange(min_run_time=0.5).median * 1e3
 
 
 def main() -> None:
@@ -65,7 +53,7 @@ def main() -> None:
                 start = time.perf_counter()
                 client.predict(variant, backend, 1, 4, args.seq_len, 64, "float32", "cpu", False, api_name="/profile")
                 latencies.append((time.perf_counter() - start) * 1e3)
-            work = FORWARDS_PER_CALL * forward_ms(spec)
+            work = FORWARDS_PER_CALL * timer_ms(spec)
             latency = statistics.median(latencies)
             print(
                 f"{spec.name:>10} {work / FORWARDS_PER_CALL:>11.3f} {work:>9.1f} {latency:>11.1f} "

@@ -8,17 +8,21 @@ import sys
 import tempfile
 from typing import Any
 
-from attention import BACKENDS, DEVICES, DTYPES, VARIANTS, AttentionSpec, SpecError
+from attention import BACKENDS, DEVICES, DTYPES, PRESETS, VARIANTS, AttentionSpec, SpecError
 from profiling.trace import TraceError
 
 
+def add_shape_args(parser: argparse.ArgumentParser, preset: str = "cpu-small", device: str = "auto") -> None:
+    """The shape, dtype and device flags, defaulting to one of `attention.PRESETS`."""
+    defaults = PRESETS[preset]
+    for name in ("batch", "heads", "seq_len", "head_dim"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name])
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=defaults["dtype"])
+    parser.add_argument("--device", choices=DEVICES, default=device)
+
+
 def _shape_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
-    parser.add_argument("--device", choices=DEVICES, default="auto")
+    add_shape_args(parser)
     parser.add_argument("--compile", action="store_true", help="wrap the attention in torch.compile")
     parser.add_argument("--trace-dir", default=None, help="where traces go (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -64,17 +68,10 @@ def parse_seq_lens(text: str) -> list[int]:
         raise SpecError("seq_lens", f"must be a comma list of whole numbers, got {text!r}") from None
 
 
-def _spec(args: argparse.Namespace, **extra: Any) -> AttentionSpec:
-    return AttentionSpec(
-        batch=args.batch,
-        heads=args.heads,
-        seq_len=args.seq_len,
-        head_dim=args.head_dim,
-        dtype=args.dtype,
-        device=args.device,
-        compile=args.compile,
-        **extra,
-    )
+def spec_from_args(args: argparse.Namespace, **extra: Any) -> AttentionSpec:
+    """The spec the shape flags describe (plus `extra` fields such as variant and backend)."""
+    fields = ("batch", "heads", "seq_len", "head_dim", "dtype", "device", "compile")
+    return AttentionSpec(**{f: getattr(args, f) for f in fields if hasattr(args, f)}, **extra)
 
 
 def _print(summary: Any, as_json: bool) -> None:
@@ -99,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from profiling.runner import profile_attention
 
-            result = profile_attention(_spec(args, variant=args.variant, backend=args.backend), trace_dir)
+            result = profile_attention(spec_from_args(args, variant=args.variant, backend=args.backend), trace_dir)
             _print(result.summary, args.json)
             if not args.json:
                 print(f"trace: {result.trace_path}\ntable: {result.table_path}")
@@ -110,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "compare":
             from profiling.compare import compare, compare_table
 
-            rows, _ = compare(_spec(args), trace_dir)
+            rows, _ = compare(spec_from_args(args), trace_dir)
             if args.json:
                 _print(rows, True)
             else:
@@ -118,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             from profiling.sweep import sweep
 
-            rows = sweep(_spec(args), parse_variants(args.variants), parse_seq_lens(args.seq_lens), trace_dir)
+            rows = sweep(spec_from_args(args), parse_variants(args.variants), parse_seq_lens(args.seq_lens), trace_dir)
             _print(rows, args.json)
         else:
             from profiling.analyze import analyze_file

@@ -92,12 +92,7 @@ def profile_attention(
 
     try:
         report(0.05, "allocating inputs")
-        query, key, value = attention.make_inputs(spec)
-        mask = attention.causal_mask(spec.seq_len, spec.device)
-        fn = attention.build(spec)
-
-        def forward() -> torch.Tensor:
-            return fn(query, key, value, mask=mask, backend=spec.backend)
+        forward = attention.prepare(spec)
 
         with torch.no_grad():
             for i in range(WARMUP_CALLS):
@@ -122,7 +117,7 @@ def profile_attention(
             report(0.8, "timing without the profiler")
             unprofiled_ms = _unprofiled_ms(forward, spec.device)
             report(0.85, "measuring error against float64")
-            error = (out.double() - attention.reference_attention(query, key, value)).abs().max().item()
+            error = (out.double() - forward.reference()).abs().max().item()
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         raise RunError(
