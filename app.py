@@ -221,7 +221,7 @@ def sweep(
 def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> tuple:
     """Analyze an uploaded torch.profiler Chrome trace (.json or .json.gz)."""
     from profiling.analyze import analyze_file
-    from profiling.charts import timeline
+    from profiling.charts import timeline, window_chart
     from profiling.tables import rounded
 
     path = _app_file(trace, "trace")
@@ -237,6 +237,7 @@ def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> tuple:
         rounded(result.steps),
         rounded(result.annotations),
         _insights_markdown(result.insights),
+        window_chart(result.steps),
     )
 
 
@@ -445,12 +446,22 @@ def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
             analyze_ops = gr.Dataframe(label="op table")
             analyze_kernels = gr.Dataframe(label="kernel table")
             steps = gr.Dataframe(label="steps")
+            steps_plot = gr.Plot(label="steps chart")
             annotations = gr.Dataframe(label="annotations")
             _share_box(upload, api_name=None)
             analyze_button.click(
                 analyze,
                 upload,
-                [analyze_summary, analyze_ops, analyze_kernels, analyze_timeline, steps, annotations, analyze_insights],
+                [
+                    analyze_summary,
+                    analyze_ops,
+                    analyze_kernels,
+                    analyze_timeline,
+                    steps,
+                    annotations,
+                    analyze_insights,
+                    steps_plot,
+                ],
                 api_name="analyze",
                 concurrency_id="analyze",
                 concurrency_limit=2,

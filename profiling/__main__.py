@@ -89,6 +89,10 @@ def _print(summary: Any, as_json: bool) -> None:
         print()
 
 
+def _progress(fraction: float, message: str) -> None:
+    print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     trace_dir = getattr(args, "trace_dir", None) or tempfile.mkdtemp(prefix="attention-profiler-")
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "compare":
             from profiling.compare import compare, compare_table
 
-            rows, _ = compare(spec_from_args(args), trace_dir)
+            rows, _ = compare(spec_from_args(args), trace_dir, progress=_progress)
             if args.json:
                 _print(rows, True)
             else:
@@ -115,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             from profiling.sweep import sweep
 
-            rows = sweep(spec_from_args(args), parse_variants(args.variants), parse_seq_lens(args.seq_lens), trace_dir)
+            variants, seq_lens = parse_variants(args.variants), parse_seq_lens(args.seq_lens)
+            rows = sweep(spec_from_args(args), variants, seq_lens, trace_dir, progress=_progress)
             _print(rows, args.json)
         else:
             from profiling.analyze import analyze_file

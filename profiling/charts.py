@@ -151,8 +151,8 @@ def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go
         xaxis_title="time since trace start (ms)",
         yaxis=dict(tickvals=[t for t, _ in ticks], ticktext=[n for _, n in ticks], autorange="reversed"),
         height=max(360, 28 * row + 140),
-        legend_title="category",
-        margin=dict(l=10, r=10, t=60, b=40),
+        legend=dict(title="category", orientation="h", yanchor="bottom", y=1.0, x=0),
+        margin=dict(l=10, r=10, t=90, b=40),
     )
     if len(windows):
         first = windows.sort_values("ts").iloc[0]
@@ -186,23 +186,58 @@ def _mark_windows(fig: go.Figure, trace: Trace, t0: float) -> None:
         )
 
 
+COMPARED_METRICS = (
+    ("forward time", "ms"),
+    ("kernels per forward", ""),
+    ("peak memory", "MiB"),
+)
+
+
 def compare_chart(rows: list[dict[str, Any]]) -> go.Figure:
-    """Grouped bars: forward time, kernels per forward and peak memory per run."""
+    """Grouped bars, one group per run: forward time, kernels and peak memory, relative to naive."""
     from profiling.compare import forward_ms, run_label
 
     ok = [r for r in rows if "error" not in r]
-    fig = make_subplots(
-        rows=1, cols=3, subplot_titles=("forward time (ms)", "kernels per forward", "peak memory (MiB)")
-    )
     labels = [run_label(r) for r in ok]
-    series = (
-        [forward_ms(r) for r in ok],
-        [r["kernels_per_forward"] for r in ok],
-        [r["peak_memory_bytes"] / 1024**2 for r in ok],
+    values = {
+        "forward time": [forward_ms(r) for r in ok],
+        "kernels per forward": [r["kernels_per_forward"] for r in ok],
+        "peak memory": [r["peak_memory_bytes"] / 1024**2 for r in ok],
+    }
+    baseline_at = next((i for i, r in enumerate(ok) if r.get("variant") == "naive"), 0)
+    fig = go.Figure()
+    for metric, unit in COMPARED_METRICS:
+        absolute = values[metric]
+        base = absolute[baseline_at] if ok and absolute[baseline_at] else None
+        fig.add_trace(
+            go.Bar(
+                name=metric,
+                x=labels,
+                y=[v / base if base and v is not None else None for v in absolute],
+                hovertext=[f"{metric}: {v:.3f} {unit}" if v is not None else "n/a" for v in absolute],
+                hoverinfo="text+x",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        title=f"relative to {labels[baseline_at] if ok else 'naive'} (= 1); hover for absolute values",
+        yaxis_title="× naive",
+        height=420,
+        margin=dict(l=10, r=10, t=60, b=40),
     )
-    for col, values in enumerate(series, start=1):
-        fig.add_trace(go.Bar(x=labels, y=values, marker_color="#4c78a8", showlegend=False), row=1, col=col)
-    fig.update_layout(height=380, margin=dict(l=10, r=10, t=50, b=40))
+    return fig
+
+
+def window_chart(steps: pd.DataFrame) -> go.Figure:
+    """Per profiler step: CPU and device time, side by side."""
+    fig = go.Figure()
+    if steps.empty:
+        fig.update_layout(title="No ProfilerStep#N annotations in this trace")
+        return fig
+    fig.add_trace(go.Bar(name="cpu (ms)", x=steps["step"], y=steps["cpu (ms)"]))
+    if steps["device (ms)"].notna().any():
+        fig.add_trace(go.Bar(name="device (ms)", x=steps["step"], y=steps["device (ms)"]))
+    fig.update_layout(barmode="group", title="per profiler step", height=320, margin=dict(l=10, r=10, t=50, b=40))
     return fig
 
 

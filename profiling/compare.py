@@ -103,4 +103,10 @@ def compare_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
                 r["insights"][0] if r["insights"] else "",
             ]
         )
-    return pd.DataFrame(records, columns=COMPARE_COLUMNS)
+    table = pd.DataFrame(records, columns=COMPARE_COLUMNS)
+    table["max abs error"] = table["max abs error"].map(lambda e: f"{e:.2e}" if pd.notna(e) else None)
+    # Host-only runs have no device time: keep the table readable rather than two empty columns.
+    device_columns = ["forward device (ms)", "self device total (ms)"]
+    if table[device_columns].isna().all().all():
+        table = table.drop(columns=device_columns)
+    return table

@@ -130,7 +130,7 @@ def test_sweep_endpoint(client):
 def test_analyze_real_traces_exactly(client, name):
     raw = [e for e in json.loads(gzip.decompress((DATA / f"{name}.json.gz").read_bytes()))["traceEvents"]]
     kernels = [e for e in raw if e.get("cat") == "kernel" and e.get("ph") == "X"]
-    summary, ops, kernel_table, figure, steps, annotations, insights = client.predict(
+    summary, ops, kernel_table, figure, steps, annotations, insights, steps_chart = client.predict(
         handle_file(str(DATA / f"{name}.json.gz")), api_name="/analyze"
     )
     assert set(ANALYZE_KEYS) <= set(summary)
@@ -141,6 +141,7 @@ def test_analyze_real_traces_exactly(client, name):
     kind = kernel_table["headers"].index("kind")
     assert sum(r[count] for r in kernel_table["data"] if r[kind] == "kernel") == len(kernels)
     assert len(figure["plot"]) < 5_000_000
+    assert len(steps["data"]) == summary["profiler_steps"] and json.loads(steps_chart["plot"])["layout"]
     if not kernels and name != "cpu_only":
         assert "No kernels recorded" in insights
 

@@ -79,3 +79,23 @@ def test_bad_input_shows_the_message(page):
     page.get_by_role("button", name="Profile", exact=True).click()
     page.get_by_text("seq_len: must be from 1 to 131072, got 0").first.wait_for(timeout=30_000)
     seq_len.fill("256")
+
+
+def test_compare_tab(page):
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("button", name="Compare every variant").click()
+    table = page.locator("#compare-table")
+    table.get_by_text("sdpa-flash").first.wait_for(timeout=180_000)
+    table.get_by_text("unavailable: backend: the cuDNN SDPA backend runs only on CUDA").first.wait_for(timeout=10_000)
+    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+
+def test_analyze_an_uploaded_trace(page):
+    from tests.conftest import DATA
+
+    page.get_by_role("tab", name="Analyze a trace").click()
+    page.locator("#upload input[type=file]").set_input_files(str(DATA / "a100_simple_add.json.gz"))
+    page.get_by_role("button", name="Analyze", exact=True).click()
+    page.get_by_text("ampere_sgemm_32x32_sliced1x4_tn").first.wait_for(timeout=60_000)
+    assert page.get_by_text("FP32 math on CUDA cores").count() > 0  # the decoder, next to the kernel
+    page.screenshot(path=str(ARTIFACTS / "analyze.png"), full_page=True)

@@ -56,7 +56,9 @@ def test_compare_and_sweep_charts():
         {"variant": "sdpa", "backend": "cudnn", "error": "only on CUDA"},
     ]
     fig = compare_chart(rows)
-    assert [list(t.x) for t in fig.data] == [["naive"]] * 3
+    assert fig.layout.barmode == "group" and [list(t.x) for t in fig.data] == [["naive"]] * 3
+    assert [list(t.y) for t in fig.data] == [[1.0]] * 3  # naive relative to itself
+    assert "2.000 ms" in fig.data[0].hovertext[0]
     points = pd.DataFrame(
         [
             {"run": "naive", "seq_len": 128, "status": "ok", "forward_ms": 1.0, "peak_memory_bytes": 10},
@@ -76,3 +78,12 @@ def test_compare_and_sweep_charts():
     guide = next(t for t in fig.data if t.name == "O(S²)")
     assert list(guide.y) == [1.0, 4.0, 16.0]
     assert any(t.name == "naive stopped" for t in fig.data)
+
+
+def test_step_chart_from_a_real_trace():
+    from profiling.analyze import analyze_file
+    from profiling.charts import window_chart
+
+    fig = window_chart(analyze_file(DATA / "sampled_training_rank0.json.gz").steps)
+    assert [t.name for t in fig.data] == ["cpu (ms)", "device (ms)"] and len(fig.data[0].x) == 2
+    assert "No ProfilerStep" in window_chart(analyze_file(DATA / "a100_simple_add.json.gz").steps).layout.title.text

@@ -17,6 +17,8 @@ def test_compare_runs_every_variant_and_explains_the_missing(tmp_path):
     assert by_name[("naive", "auto")]["speedup_vs_naive"] == 1.0
     table = compare_table(rows)
     assert table.loc[table["run"] == "sdpa-cudnn", "what the trace revealed"].iloc[0].startswith("unavailable: ")
+    assert "forward device (ms)" not in table  # a CPU run has no device time to show
+    assert table.loc[table["run"] == "naive", "kernels/forward"].iloc[0] == 6
 
 
 def test_diff_naive_to_inplace_is_one_clone_and_its_bytes(cpu_runs):
