@@ -21,6 +21,7 @@ from profiling.trace import GPU_ACTIVITY, Trace
 MAX_BARS = 3000
 MAX_DEPTH = 6  # deeper CPU ops fold into the last row of their lane
 MAX_MARKS = 40  # window/step shading shapes
+MIN_WIDTH_FRACTION = 2000  # the narrowest bar is this fraction of the whole span
 COLORS = {
     "user_annotation": "#9e9e9e",
     "cpu_op": "#4c78a8",
@@ -50,9 +51,14 @@ def _hover(row: Any) -> str:
 
 
 def _lanes(events: pd.DataFrame) -> tuple[pd.Series, list[tuple[str, int]]]:
-    """Each event's lane label, and the lanes in display order: CPU threads first, then streams."""
-    gpu = events["cat"].isin((*GPU_ACTIVITY, "gpu_user_annotation"))
-    label = np.where(gpu, "GPU " + events["pid"] + " stream " + events["tid"], "CPU thread " + events["tid"])
+    """Each event's lane label, and the lanes in display order: CPU threads first, then streams.
+
+    Kineto puts device work under the device's pid, with one tid per stream (sync events too),
+    so a lane is a GPU lane when its pid is one that ran GPU activity.
+    """
+    gpu_pids = set(events.loc[events["cat"].isin(GPU_ACTIVITY), "pid"])
+    on_gpu = events["pid"].isin(gpu_pids)
+    label = np.where(on_gpu, "GPU " + events["pid"] + " stream " + events["tid"], "CPU thread " + events["tid"])
     label = pd.Series(label, index=events.index)
     rows = events.groupby(label)["depth"].max().clip(upper=MAX_DEPTH)
     order = sorted(rows.index, key=lambda lane: (lane.startswith("GPU"), lane))
@@ -97,6 +103,9 @@ def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go
         fig.update_layout(title="No timed events in this trace")
         return fig
     t0 = float(ev["ts"].min())
+    # Microsecond kernels in a seconds-long trace would be invisible: draw at least a sliver
+    # (hover still gives the true duration).
+    min_width = max(1e-3, float(ev["end"].max() - t0) / MIN_WIDTH_FRACTION)
     label, lanes = _lanes(ev)
     ev = ev.assign(lane=label)
     base_row, ticks = {}, []
@@ -131,7 +140,7 @@ def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go
             go.Bar(
                 name=str(cat) or "other",
                 base=((group["ts"] - t0) / 1e3).round(4).tolist(),
-                x=((group["end"] - group["ts"]).clip(lower=1e-3) / 1e3).round(4).tolist(),
+                x=((group["end"] - group["ts"]).clip(lower=min_width) / 1e3).round(4).tolist(),
                 y=group["y"].tolist(),
                 orientation="h",
                 marker_color=COLORS.get(str(cat), OTHER_COLOR),

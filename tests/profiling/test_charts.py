@@ -27,6 +27,7 @@ def test_our_run_has_cpu_lanes_and_zooms_to_the_first_forward(cpu_runs):
 def test_gpu_trace_has_stream_lanes_and_kernel_hover():
     fig = timeline(load_trace(DATA / "a100_simple_add.json.gz"))
     assert any(lane.startswith("GPU 0 stream") for lane in lanes(fig))
+    assert not any(lane in ("CPU thread 7", "CPU thread 20") for lane in lanes(fig))  # device syncs sit on GPU lanes
     kernel = next(t for t in fig.data if t.name == "kernel")
     assert any("regs/thread" in h and "occupancy" in h for h in kernel.hovertext)
 
