@@ -10,17 +10,9 @@ from typing import Any
 import pandas as pd
 
 from profiling.insights import Insight, find_insights
-from profiling.tables import (
-    FORWARD,
-    WindowStats,
-    annotations,
-    kernel_table,
-    op_table_from_trace,
-    step_table,
-    window_stats,
-    window_table,
-)
+from profiling.tables import kernel_table, op_table_from_trace
 from profiling.trace import Trace, load_trace
+from profiling.windows import FORWARD, WindowStats, annotations, step_table, window_stats, window_table
 
 STEP = re.compile(r"^ProfilerStep#\d+$")
 MAX_ANNOTATIONS = 30

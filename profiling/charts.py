@@ -15,8 +15,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from profiling.kernels import decode
-from profiling.tables import FORWARD, structure
+from profiling.structure import structure
 from profiling.trace import GPU_ACTIVITY, Trace
+from profiling.windows import FORWARD
 
 MAX_BARS = 3000
 MAX_DEPTH = 6  # deeper CPU ops fold into the last row of their lane

@@ -17,8 +17,8 @@ import pandas as pd
 
 from profiling.kernels import decode
 from profiling.occupancy import theoretical_occupancy
-from profiling.tables import FORWARD, WHOLE_TRACE, WindowStats
 from profiling.trace import LAUNCH_CATEGORIES, Trace
+from profiling.windows import FORWARD, WHOLE_TRACE, WindowStats
 
 LOW_PRECISION_TYPES = ("c10::BFloat16", "c10::Half")
 ITEMSIZE = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "bool": 1, "long int": 8, "int": 4}

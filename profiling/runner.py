@@ -18,8 +18,9 @@ import attention
 from attention import AttentionSpec, SpecError
 from profiling.insights import Insight, find_insights
 from profiling.summary import build_summary
-from profiling.tables import FORWARD, WindowStats, kernel_table, op_table_from_key_averages, window_stats
+from profiling.tables import kernel_table, op_table_from_key_averages
 from profiling.trace import Trace, load_trace
+from profiling.windows import FORWARD, WindowStats, window_stats
 
 WARMUP_CALLS = 3
 UNPROFILED_CALLS = 5  # timed without the profiler, to show what its per-op overhead adds

@@ -9,7 +9,7 @@ import torch
 from attention import AttentionSpec
 from profiling.insights import Insight
 from profiling.roofline import roofline
-from profiling.tables import WindowStats
+from profiling.windows import WindowStats
 
 RUN_KEYS = (
     "variant",

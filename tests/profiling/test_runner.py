@@ -7,7 +7,7 @@ import pytest
 from attention import AttentionSpec, SpecError
 from profiling.runner import ACTIVE, RunError, profile_attention
 from profiling.summary import SUMMARY_KEYS
-from profiling.tables import FORWARD
+from profiling.windows import FORWARD
 
 
 def test_summary_has_every_public_key(cpu_runs):

@@ -3,8 +3,9 @@
 import pytest
 
 from profiling.analyze import analyze_file
-from profiling.tables import annotation_windows, nest, per_window, window_stats
+from profiling.structure import nest
 from profiling.trace import load_trace, parse_trace
+from profiling.windows import annotation_windows, per_window, window_stats
 from tests.conftest import DATA
 
 

@@ -1,0 +1,114 @@
+"""The shape of a trace: how events nest, and which ops are compute rather than metadata.
+
+Computed once per trace and cached on it, since every table and window reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profiling.trace import Trace
+
+# Ops that only touch metadata or allocate: never a compute op, on CPU or GPU.
+METADATA_OPS = frozenset(
+    {
+        *("aten::view", "aten::view_as", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape"),
+        *("aten::as_strided", "aten::as_strided_", "aten::transpose", "aten::t", "aten::permute"),
+        *("aten::expand", "aten::expand_as", "aten::select", "aten::slice", "aten::narrow"),
+        *("aten::unsqueeze", "aten::squeeze", "aten::flatten", "aten::unflatten", "aten::unbind"),
+        *("aten::split", "aten::chunk", "aten::alias", "aten::detach", "aten::detach_", "aten::contiguous"),
+        *("aten::resolve_conj", "aten::resolve_neg", "aten::real", "aten::conj", "aten::_conj", "aten::_neg_view"),
+        *("aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided"),
+        *("aten::scalar_tensor", "aten::lift_fresh", "aten::resize_", "aten::set_", "aten::record_stream"),
+        *("aten::result_type", "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"),
+    }
+)
+# Conversions that are metadata work when they move a 0-dim scalar (e.g. `x * 0.125`).
+SCALAR_CONVERSIONS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::lift_fresh_copy"})
+
+
+def moves_a_scalar(input_dims: object) -> bool:
+    """True when an op's first input is 0-dim, as in the `to` behind `x * 0.125`."""
+    return isinstance(input_dims, list) and bool(input_dims) and input_dims[0] == []
+
+
+def metadata_ops(events: pd.DataFrame) -> np.ndarray:
+    """Which events only touch metadata or allocate (METADATA_OPS, or a conversion of a scalar)."""
+    metadata = events["name"].isin(METADATA_OPS).to_numpy().copy()
+    conversions = np.flatnonzero(events["name"].isin(SCALAR_CONVERSIONS).to_numpy())
+    dims = events["input_dims"].to_numpy()[conversions]
+    metadata[conversions] = np.fromiter((moves_a_scalar(d) for d in dims), bool, len(conversions))
+    return metadata
+
+
+def nest(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Depth and parent row (-1 for none) of each complete event within its (pid, tid) lane."""
+    depth = np.full(len(events), -1, dtype=np.int64)
+    parent = np.full(len(events), -1, dtype=np.int64)
+    complete = events["ph"].to_numpy() == "X"
+    if not complete.any():
+        return depth, parent
+    rows = np.flatnonzero(complete)
+    lanes = (events["pid"].to_numpy()[rows] + "/" + events["tid"].to_numpy()[rows]).astype(str)
+    ts, end = events["ts"].to_numpy()[rows], events["end"].to_numpy()[rows]
+    # Parents before children: by lane, then start, then the longer first.
+    order = np.lexsort((-(end - ts), ts, lanes))
+    stack: list[tuple[float, int]] = []
+    lane_now = None
+    for i in order.tolist():
+        if lanes[i] != lane_now:
+            lane_now, stack = lanes[i], []
+        start, stop = ts[i], end[i]
+        # A child may overhang its parent by a rounding step; 1 ns of slack absorbs it.
+        while stack and stack[-1][0] < stop - 1e-3:
+            stack.pop()
+        depth[rows[i]] = len(stack)
+        parent[rows[i]] = stack[-1][1] if stack else -1
+        if stop >= start:
+            stack.append((stop, int(rows[i])))
+    return depth, parent
+
+
+@dataclass
+class Structure:
+    """Nesting and compute-leaf flags of every event; computed once per trace."""
+
+    depth: np.ndarray
+    parent: np.ndarray
+    is_aten: np.ndarray
+    compute: np.ndarray  # leaf compute ops (DESIGN.md's CPU kernel count)
+
+
+def structure(trace: Trace) -> Structure:
+    cached = trace.cache.get("structure")
+    if cached is not None:
+        return cached
+    ev = trace.events
+    depth, parent = nest(ev)
+    is_aten = (ev["cat"].to_numpy() == "cpu_op") & ev["name"].str.startswith("aten::").to_numpy()
+    counts_as_compute = (is_aten & ~metadata_ops(ev)).astype(np.float64)
+    # A compute op is a leaf: none of its descendants is itself a compute op.
+    descendants = propagate_up(counts_as_compute, parent, depth) - counts_as_compute
+    result = Structure(depth, parent, is_aten, (counts_as_compute > 0) & (descendants == 0))
+    trace.cache["structure"] = result
+    return result
+
+
+def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each node's value plus all of its descendants' (deepest level first)."""
+    total = values.astype(np.float64).copy()
+    for level in range(int(depth.max(initial=0)), 0, -1):
+        nodes = np.flatnonzero((depth == level) & (parent >= 0))
+        np.add.at(total, parent[nodes], total[nodes])
+    return total
+
+
+def lane_codes(trace: Trace) -> np.ndarray:
+    """An integer per (pid, tid) lane for every event, computed once per trace."""
+    if "lanes" not in trace.cache:
+        ev = trace.events
+        trace.cache["lanes"] = pd.factorize(ev["pid"] + "/" + ev["tid"])[0]
+    return trace.cache["lanes"]

@@ -1,0 +1,234 @@
+"""Windows: the spans of one annotation (a forward is one `attn_fwd` window) and what ran in them.
+
+Definitions (DESIGN.md): `ops_per_forward` counts every `aten::` op inside the forward windows;
+`kernels_per_forward` counts the GPU activity their launches caused on CUDA, and the leaf
+compute ops on CPU; `peak_memory_bytes` is the highest allocation inside a window above the
+level just before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profiling.structure import lane_codes, structure
+from profiling.trace import LAUNCH_CATEGORIES, Trace
+
+FORWARD = "attn_fwd"
+WHOLE_TRACE = "(whole trace)"
+
+
+def annotations(trace: Trace) -> pd.DataFrame:
+    """Every CPU-side `user_annotation` duration event (cached: analyses ask many times)."""
+    if "annotations" not in trace.cache:
+        ev = trace.complete
+        trace.cache["annotations"] = ev[ev["cat"] == "user_annotation"]
+    return trace.cache["annotations"]
+
+
+def annotation_windows(trace: Trace, name: str = FORWARD) -> pd.DataFrame:
+    """The windows of annotation `name`, in time order."""
+    ann = annotations(trace)
+    return ann[ann["name"] == name].sort_values("ts")
+
+
+def window_of(trace: Trace, windows: pd.DataFrame) -> np.ndarray:
+    """For each event, the position of the window on its lane that contains it, or -1.
+
+    Windows on one lane must not overlap (forwards, profiler steps, one annotation name).
+    """
+    ev = trace.events
+    inside = np.full(len(ev), -1, dtype=np.int64)
+    if windows.empty:
+        return inside
+    lanes = lane_codes(trace)
+    ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
+    window_lane = lanes[windows.index.to_numpy()]
+    window_start, window_stop = windows["ts"].to_numpy(), windows["end"].to_numpy()
+    order = np.argsort(window_start, kind="stable")
+    for code in np.unique(window_lane):
+        positions = order[window_lane[order] == code]  # this lane's windows, by start time
+        rows = np.flatnonzero(lanes == code)
+        k = np.searchsorted(window_start[positions], ts[rows], side="right") - 1
+        ok = (k >= 0) & (end[rows] <= window_stop[positions][np.clip(k, 0, None)] + 1e-3)
+        inside[rows[ok]] = positions[k[ok]]
+    return inside
+
+
+@dataclass
+class WindowStats:
+    """What happened inside the windows of one annotation (by default, the forwards)."""
+
+    name: str
+    count: int
+    cpu_ms: float  # mean window duration on the host
+    device_ms: float | None  # mean span of the GPU activity the window launched
+    ops: pd.DataFrame  # aten ops inside the windows, with `window`, `depth`, `compute`
+    gpu: pd.DataFrame  # GPU activity launched from inside the windows, with `window`
+    on_gpu: bool
+    peak_memory_bytes: int
+
+    @property
+    def compute_ops(self) -> pd.DataFrame:
+        return self.ops[self.ops["compute"]]
+
+    def per_window(self, n: int) -> float:
+        return n / self.count if self.count else 0.0
+
+    @property
+    def ops_per_window(self) -> float:
+        return self.per_window(len(self.ops))
+
+    @property
+    def kernels_per_window(self) -> float:
+        return self.per_window(len(self.gpu) if self.on_gpu else len(self.compute_ops))
+
+
+def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = None) -> WindowStats:
+    """Per-window ops, compute ops, GPU activity and memory for annotation `name`.
+
+    `name=None` treats the whole trace as one window (for uploads without annotations).
+    `device` is `cuda` or `cpu`; None infers it from whether the trace launched device work.
+    """
+    ev = trace.events
+    s = structure(trace)
+    if name is None:
+        where = np.zeros(len(ev), dtype=np.int64)
+        count = 1 if len(ev) else 0
+        cpu_ms = float((ev["end"].max() - ev["ts"].min()) / 1e3) if len(ev) else 0.0
+    else:
+        windows = annotation_windows(trace, name)
+        where = window_of(trace, windows)
+        count = len(windows)
+        cpu_ms = float(windows["dur"].mean() / 1e3) if count else 0.0
+    on_gpu = (
+        (device == "cuda") if device else bool(len(trace.gpu_activity) or len(trace.of_category(*LAUNCH_CATEGORIES)))
+    )
+
+    inside = s.is_aten & (where >= 0)
+    parent_name = np.where(s.parent >= 0, ev["name"].to_numpy()[np.clip(s.parent, 0, None)], "")
+    ops = ev[inside].assign(
+        window=where[inside], depth=s.depth[inside], parent=parent_name[inside], compute=s.compute[inside]
+    )
+
+    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & (where >= 0)]
+    launch_window = pd.Series(where[launches.index], index=launches["correlation"].to_numpy())
+    launch_window = launch_window[~launch_window.index.duplicated()]
+    gpu = trace.gpu_activity
+    if name is not None:
+        gpu = gpu[gpu["correlation"].isin(launch_window.index)]
+        gpu = gpu.assign(window=launch_window.reindex(gpu["correlation"].to_numpy()).to_numpy())
+    else:
+        gpu = gpu.assign(window=0)
+
+    device_ms = None
+    if len(gpu):
+        spans = gpu.groupby("window").agg(start=("ts", "min"), stop=("end", "max"))
+        device_ms = float((spans["stop"] - spans["start"]).mean() / 1e3)
+    return WindowStats(
+        name=name or WHOLE_TRACE,
+        count=count,
+        cpu_ms=cpu_ms,
+        device_ms=device_ms,
+        ops=ops,
+        gpu=gpu,
+        on_gpu=on_gpu,
+        peak_memory_bytes=peak_memory(ev, where, device_type=1 if on_gpu else 0),
+    )
+
+
+WINDOW_COLUMNS = ["annotation", "count", "cpu (ms)", "device (ms)", "ops/window", "kernels/window", "kernel time (us)"]
+STEP_COLUMNS = ["step", "cpu (ms)", "device (ms)", "ops", "gpu activities", "kernel time (us)"]
+
+
+def per_window(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
+    """One row per window: CPU ms, device span ms, aten ops, GPU activities and kernel µs it launched.
+
+    Vectorised: one pass over the events for all the (non-overlapping) windows together.
+    """
+    ev = trace.events
+    n = len(windows)
+    where = window_of(trace, windows)
+    gpu = trace.gpu_activity
+    is_kernel = gpu["cat"].eq("kernel").to_numpy()
+    launched = (
+        pd.DataFrame(
+            {
+                "n": 1.0,
+                "kernel_us": np.where(is_kernel, gpu["dur"].to_numpy(), 0.0),
+                "start": gpu["ts"].to_numpy(),
+                "stop": gpu["end"].to_numpy(),
+                "correlation": gpu["correlation"].to_numpy(),
+            }
+        )
+        .groupby("correlation")
+        .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
+    )
+    launches = ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (where >= 0)
+    work = launched.reindex(ev["correlation"].to_numpy()[launches])
+    w = where[launches]
+    found = work["n"].notna().to_numpy()
+    ops = np.bincount(where[structure(trace).is_aten & (where >= 0)], minlength=n)
+    first = pd.Series(work["start"].to_numpy()[found]).groupby(w[found]).min().reindex(range(n))
+    last = pd.Series(work["stop"].to_numpy()[found]).groupby(w[found]).max().reindex(range(n))
+    return pd.DataFrame(
+        {
+            "name": windows["name"].to_numpy(),
+            "cpu_ms": windows["dur"].to_numpy() / 1e3,
+            "device_ms": ((last - first) / 1e3).to_numpy(),
+            "ops": ops[:n],
+            "gpu": np.bincount(w[found], weights=work["n"].to_numpy()[found], minlength=n)[:n],
+            "kernel_us": np.bincount(w[found], weights=work["kernel_us"].to_numpy()[found], minlength=n)[:n],
+        }
+    )
+
+
+def step_table(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
+    """One row per profiler step."""
+    rows = per_window(trace, windows)
+    table = pd.DataFrame(
+        {
+            "step": rows["name"],
+            "cpu (ms)": rows["cpu_ms"],
+            "device (ms)": rows["device_ms"],
+            "ops": rows["ops"],
+            "gpu activities": rows["gpu"],
+            "kernel time (us)": rows["kernel_us"],
+        },
+        columns=STEP_COLUMNS,
+    )
+    return table
+
+
+def window_table(trace: Trace, names: list[str]) -> pd.DataFrame:
+    """One row per annotation name: windows, mean CPU and device ms, ops and GPU work per window."""
+    rows = []
+    for name in names:
+        per = per_window(trace, annotation_windows(trace, name))
+        device = per["device_ms"].dropna()
+        rows.append(
+            [
+                name,
+                len(per),
+                per["cpu_ms"].mean(),
+                device.mean() if len(device) else None,
+                per["ops"].mean(),
+                per["gpu"].mean(),
+                per["kernel_us"].sum(),
+            ]
+        )
+    return pd.DataFrame(rows, columns=WINDOW_COLUMNS)
+
+
+def peak_memory(events: pd.DataFrame, where: np.ndarray, device_type: int) -> int:
+    """Highest bytes allocated inside a window above the level just before it (max over windows)."""
+    memory = events[(events["name"] == "[memory]") & (events["device_type"] == device_type) & (where >= 0)]
+    if memory.empty:
+        return 0
+    memory = memory.assign(window=where[memory.index]).sort_values("ts", kind="stable")
+    before = memory.groupby("window").first()
+    baseline = before["total_allocated"] - before["alloc_bytes"]
+    peak = memory.groupby("window")["total_allocated"].max()
+    return int(max(0.0, float((peak - baseline).max())))
