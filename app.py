@@ -87,31 +87,14 @@ def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _spec(
-    variant: str,
-    backend: str,
-    batch: Any,
-    heads: Any,
-    seq_len: Any,
-    head_dim: Any,
-    dtype: str,
-    device: str,
-    compile: bool,
-) -> Any:
+def _spec(**fields: Any) -> Any:
+    """The AttentionSpec for UI/API values; it validates them all and names the bad field."""
     from attention import AttentionSpec
 
+    values = {name: _whole(value) for name, value in fields.items()}
+    values["backend"] = values.get("backend") or "auto"
     with _user_errors():
-        return AttentionSpec(
-            variant=variant,
-            backend=backend or "auto",
-            batch=_whole(batch),
-            heads=_whole(heads),
-            seq_len=_whole(seq_len),
-            head_dim=_whole(head_dim),
-            dtype=dtype,
-            device=device,
-            compile=bool(compile),
-        )
+        return AttentionSpec(**values)
 
 
 def _progress(progress: gr.Progress) -> Any:
@@ -156,7 +139,17 @@ def profile(
     from profiling.runner import profile_attention
     from profiling.tables import rounded
 
-    spec = _spec(variant, backend, batch, heads, seq_len, head_dim, dtype, device, compile)
+    spec = _spec(
+        variant=variant,
+        backend=backend,
+        batch=batch,
+        heads=heads,
+        seq_len=seq_len,
+        head_dim=head_dim,
+        dtype=dtype,
+        device=device,
+        compile=compile,
+    )
     with _user_errors():
         result = profile_attention(spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
     return (
@@ -186,8 +179,10 @@ def compare(
     from profiling.compare import compare as compare_all
     from profiling.compare import compare_table
 
-    spec = _spec("naive", "auto", batch, heads, seq_len, head_dim, dtype, device, compile)
-    rows, _ = compare_all(spec, store().new_dir(), _progress(progress))
+    spec = _spec(
+        batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim, dtype=dtype, device=device, compile=compile
+    )
+    rows, _ = compare_all(spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
     return rows, compare_table(rows), compare_chart(rows)
 
 
@@ -212,9 +207,17 @@ def sweep(
         chosen = parse_variants(",".join(variants or []))
         lengths = parse_seq_lens(str(seq_lens))
         spec = _spec(
-            chosen[0][0], chosen[0][1], batch, heads, min(lengths, default=0), head_dim, dtype, device, compile
+            variant=chosen[0][0],
+            backend=chosen[0][1],
+            batch=batch,
+            heads=heads,
+            seq_len=min(lengths),
+            head_dim=head_dim,
+            dtype=dtype,
+            device=device,
+            compile=compile,
         )
-        rows = run_sweep(spec, chosen, lengths, store().new_dir(), _progress(progress))
+        rows = run_sweep(spec, chosen, lengths, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
     return rows, sweep_chart(rows)
 
 

@@ -62,10 +62,14 @@ def parse_variants(text: str) -> list[tuple[str, str]]:
 
 
 def parse_seq_lens(text: str) -> list[int]:
+    """`128,256` -> [128, 256]; each value is then checked by the spec like any seq_len."""
     try:
-        return [int(t) for t in text.split(",") if t.strip()]
+        values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise SpecError("seq_lens", f"must be a comma list of whole numbers, got {text!r}") from None
+    if not values:
+        raise SpecError("seq_lens", "give at least one seq_len, e.g. 128,256,512")
+    return values
 
 
 def spec_from_args(args: argparse.Namespace, **extra: Any) -> AttentionSpec:

@@ -47,8 +47,12 @@ def compare(
     trace_dir: str | Path,
     progress: Progress | None = None,
     variants: tuple[tuple[str, str], ...] = COMPARED,
+    time_limit_s: float | None = None,
 ) -> tuple[list[dict[str, Any]], list[RunResult]]:
-    """Run each (variant, backend) on `base`'s shape. A row that cannot run carries `error`."""
+    """Run each (variant, backend) on `base`'s shape. A row that cannot run carries `error`.
+
+    `time_limit_s` bounds each run, not the whole comparison.
+    """
     report = progress or (lambda fraction, message: None)
     rows: list[dict[str, Any]] = []
     results: list[RunResult] = []
@@ -59,7 +63,7 @@ def compare(
 
         try:
             spec = base.replace(variant=variant, backend=backend)
-            result = profile_attention(spec, trace_dir, progress=step)
+            result = profile_attention(spec, trace_dir, progress=step, time_limit_s=time_limit_s)
         except (SpecError, RunError) as exc:
             rows.append({"variant": variant, "backend": backend, "device": base.device, "error": str(exc)})
             continue

@@ -21,6 +21,7 @@ def sweep(
     trace_dir: str | Path,
     progress: Progress | None = None,
     budget_bytes: int | None = None,
+    time_limit_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (variant, seq_len) that ran, plus one `stopped` row where a variant stopped.
 
@@ -51,7 +52,7 @@ def sweep(
                 break
             try:
                 spec = base.replace(variant=variant, backend=backend, seq_len=seq_len)
-                result = profile_attention(spec, trace_dir)
+                result = profile_attention(spec, trace_dir, time_limit_s=time_limit_s)
             except (SpecError, RunError) as exc:
                 rows.append(_stopped(label, seq_len, str(exc)))
                 break

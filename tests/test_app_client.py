@@ -119,6 +119,10 @@ def test_sweep_endpoint(client):
     assert json.loads(chart["plot"])["layout"]["xaxis"]["type"] == "log"
     with pytest.raises(AppError, match="^seq_lens:"):
         client.predict(["naive"], "64,abc", 1, 2, 32, "float32", "cpu", False, api_name="/sweep")
+    with pytest.raises(AppError, match="^seq_lens: give at least one"):
+        client.predict(["naive"], " , ", 1, 2, 32, "float32", "cpu", False, api_name="/sweep")
+    with pytest.raises(AppError, match="^seq_len: must be from 1"):
+        client.predict(["naive"], "0,64", 1, 2, 32, "float32", "cpu", False, api_name="/sweep")
     with pytest.raises(AppError, match="^variants:"):
         client.predict([], "64", 1, 2, 32, "float32", "cpu", False, api_name="/sweep")
 
