@@ -39,3 +39,30 @@ def test_nesting_depth_and_parent():
     depth, parent = nest(trace.events)
     assert list(depth) == [0, 1, 2, 1, 0]
     assert list(parent) == [-1, 0, 1, 0, -1]
+
+
+MEASURED_FORWARD = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
+
+
+def test_gpu_windows_on_a_real_a100_trace():
+    """The forward path on CUDA, on a real trace: launches inside the window, matched by correlation id."""
+    trace = load_trace(DATA / "a100_simple_add.json.gz")
+    stats = window_stats(trace, MEASURED_FORWARD)
+    assert stats.on_gpu and stats.count == 2 and len(stats.gpu) > 0
+    assert stats.kernels_per_window == len(stats.gpu) / 2
+    assert stats.device_ms > 0 and stats.cpu_ms > stats.device_ms
+    rows = per_window(trace, annotation_windows(trace, MEASURED_FORWARD))
+    assert rows["gpu"].sum() == len(stats.gpu) and rows["ops"].sum() == len(stats.ops)
+
+
+def test_overhead_bound_per_window_on_a_real_trace():
+    from profiling.insights import find_insights
+    from profiling.tables import kernel_table
+
+    trace = load_trace(DATA / "a100_simple_add.json.gz")
+    stats = window_stats(trace, MEASURED_FORWARD)
+    found = {i.rule: i for i in find_insights(trace, stats, kernel_table(trace, stats))}
+    overhead = found["overhead_bound"]
+    assert overhead.text.startswith("Overhead-bound (the CPU is the bottleneck)")
+    assert f"per {MEASURED_FORWARD}" in overhead.text
+    assert overhead.evidence["gap_ms"] == pytest.approx(overhead.evidence["device_ms"] - overhead.evidence["busy_ms"])
