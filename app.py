@@ -404,7 +404,7 @@ def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
                 )
                 after = gr.Dropdown([], label="after", type="index")
                 diff_button = gr.Button("Diff")
-            diff_df = gr.Dataframe(label="per forward: added, removed, changed")
+            diff_df = gr.Dataframe(label="per forward: added, removed, changed", elem_id="diff-table")
             diff_button.click(_diff_picked, [history, before, after], diff_df, api_visibility="private")
             gr.api(diff, api_name="diff")
 

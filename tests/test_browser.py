@@ -99,3 +99,13 @@ def test_analyze_an_uploaded_trace(page):
     page.get_by_text("ampere_sgemm_32x32_sliced1x4_tn").first.wait_for(timeout=60_000)
     assert page.get_by_text("FP32 math on CUDA cores").count() > 0  # the decoder, next to the kernel
     page.screenshot(path=str(ARTIFACTS / "analyze.png"), full_page=True)
+
+
+def test_diff_tab_compares_two_runs_of_this_session(page):
+    # The earlier tests profiled in-place and compared every variant, so the session holds runs.
+    page.get_by_role("tab", name="Diff").click()
+    page.get_by_role("button", name="Diff", exact=True).click()
+    table = page.locator("#diff-table")
+    table.get_by_text("status").first.wait_for(timeout=30_000)
+    table.get_by_text("added").first.wait_for(timeout=30_000)  # the last two runs differ in their ops
+    page.screenshot(path=str(ARTIFACTS / "diff.png"), full_page=True)
