@@ -9,6 +9,7 @@ median latency with (forwards per call) x (unprofiled forward time) measured in 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import statistics
@@ -28,7 +29,13 @@ from attention import AttentionSpec
 from bench.timing import timer_ms
 from profiling import runner
 
-FORWARDS_PER_CALL = runner.WARMUP_CALLS + runner.WAIT + runner.WARMUP + runner.ACTIVE + runner.UNPROFILED_CALLS
+PROFILED_FORWARDS = runner.WARMUP_CALLS + runner.WAIT + runner.WARMUP + runner.ACTIVE
+
+
+def forwards_per_call(forward_ms: float) -> int:
+    """What the runner runs: warm-up and scheduled forwards, then its unprofiled timing loop."""
+    timed = math.ceil(runner.UNPROFILED_MIN_S * 1e3 / forward_ms)
+    return PROFILED_FORWARDS + min(runner.UNPROFILED_MAX_CALLS, max(runner.UNPROFILED_CALLS, timed))
 
 
 def main() -> None:
@@ -44,7 +51,10 @@ def main() -> None:
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     client = Client(f"http://127.0.0.1:{port}/", verbose=False)
     print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}; {args.calls} calls each, medians")
-    print(f"{'run':>10} {'forward ms':>11} {'work ms':>9} {'latency ms':>11} {'overhead ms':>12} {'latency/work':>13}")
+    print(
+        f"{'run':>10} {'forward ms':>11} {'forwards':>9} {'work ms':>9} {'latency ms':>11} {'overhead ms':>12} "
+        f"{'latency/work':>13}"
+    )
     try:
         for variant, backend in (("naive", "auto"), ("sdpa", "flash")):
             spec = AttentionSpec(variant=variant, backend=backend, seq_len=args.seq_len, device="cpu")
@@ -53,10 +63,12 @@ def main() -> None:
                 start = time.perf_counter()
                 client.predict(variant, backend, 1, 4, args.seq_len, 64, "float32", "cpu", False, api_name="/profile")
                 latencies.append((time.perf_counter() - start) * 1e3)
-            work = FORWARDS_PER_CALL * timer_ms(spec)
+            one = timer_ms(spec)
+            forwards = forwards_per_call(one)
+            work = forwards * one
             latency = statistics.median(latencies)
             print(
-                f"{spec.name:>10} {work / FORWARDS_PER_CALL:>11.3f} {work:>9.1f} {latency:>11.1f} "
+                f"{spec.name:>10} {one:>11.3f} {forwards:>9} {work:>9.1f} {latency:>11.1f} "
                 f"{latency - work:>12.1f} {latency / work:>13.1f}"
             )
     finally:

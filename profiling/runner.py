@@ -23,7 +23,10 @@ from profiling.trace import Trace, load_trace
 from profiling.windows import FORWARD, WindowStats, window_stats
 
 WARMUP_CALLS = 3
-UNPROFILED_CALLS = 5  # timed without the profiler, to show what its per-op overhead adds
+# Forwards timed without the profiler, to show what its per-op overhead adds: at least
+# UNPROFILED_CALLS, and more up to UNPROFILED_MAX_CALLS until UNPROFILED_MIN_S have passed,
+# so a noisy machine gives a median of enough samples.
+UNPROFILED_CALLS, UNPROFILED_MAX_CALLS, UNPROFILED_MIN_S = 5, 50, 0.2
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # the profiler schedule; ACTIVE forwards are measured
 
 CPU_OOM = "can't allocate memory"  # what the CPU allocator's RuntimeError says
@@ -157,8 +160,8 @@ def profile_attention(
 
 def _unprofiled_ms(forward: Callable[[], torch.Tensor], device: str) -> float:
     """Median wall time of a forward with no profiler attached (synchronised on CUDA)."""
-    times = []
-    for _ in range(UNPROFILED_CALLS):
+    times: list[float] = []
+    while len(times) < UNPROFILED_CALLS or (sum(times) < UNPROFILED_MIN_S and len(times) < UNPROFILED_MAX_CALLS):
         _sync(device)
         start = time.perf_counter()
         forward()

@@ -1,6 +1,7 @@
 """The app through a real Gradio server and a real gradio_client."""
 
 import gzip
+import itertools
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -208,10 +209,17 @@ def test_parallel_clients_get_their_own_runs(app_url):
     with ThreadPoolExecutor(len(seq_lens)) as pool:
         results = list(pool.map(one, seq_lens))
     assert len({r[3] for r in results}) == len(seq_lens)  # one trace each
+    spans = []
     for seq_len, (summary, _, _, trace_path, *_rest) in zip(seq_lens, results, strict=True):
         assert summary["seq_len"] == seq_len
-        dims = load_trace(trace_path).events.query("name == 'aten::bmm'")["input_dims"]
+        trace = load_trace(trace_path)
+        dims = trace.events.query("name == 'aten::bmm'")["input_dims"]
         assert {d[0][1] for d in dims} == {seq_len}  # the recorded shapes are this request's
+        forwards = trace.complete.query("name == 'attn_fwd'")
+        spans.append((forwards["ts"].min(), forwards["end"].max()))
+    spans.sort()
+    # One device, one run at a time: no request's forwards overlap another's (same process clock).
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
 
 
 def test_endpoints_are_mcp_tools(app_url):
