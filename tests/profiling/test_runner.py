@@ -105,3 +105,13 @@ def test_out_of_memory_is_caught_and_the_next_run_works(tmp_path, monkeypatch):
         profile_attention(huge, tmp_path)
     monkeypatch.undo()
     assert profile_attention(AttentionSpec(seq_len=32, device="cpu"), tmp_path).summary["kernels_per_forward"] == 6
+
+
+def test_cpu_runs_keep_freed_memory_on_glibc():
+    import platform
+
+    from profiling.runner import keep_freed_cpu_memory
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt tuning applies to glibc only")
+    assert keep_freed_cpu_memory() is True
