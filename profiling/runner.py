@@ -65,7 +65,7 @@ def keep_freed_cpu_memory() -> bool:
 
     Measured on this project's 2-core VM: without it, in-place attention's unprofiled forward
     was bimodal (10 or 22 ms at 2x8x512x64) as 24 MiB of freed scores were returned and
-    page-faulted back on every call; with it, 10 ms every time. Timings should measure
+    page-faulted back on every call; with it, 10 to 12 ms in every run. Timings should measure
     attention, not the hypervisor's page faults.
     """
     try:
