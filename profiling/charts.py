@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 from profiling.kernels import decode
 from profiling.structure import structure
 from profiling.trace import GPU_ACTIVITY, Trace
-from profiling.windows import FORWARD
+from profiling.windows import FORWARD, window_stats
 
 MAX_BARS = 3000
 MAX_DEPTH = 6  # deeper CPU ops fold into the last row of their lane
@@ -166,8 +166,11 @@ def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go
     )
     if len(windows):
         first = windows.sort_values("ts").iloc[0]
-        pad = 0.05 * first["dur"]
-        fig.update_xaxes(range=[(first["ts"] - t0 - pad) / 1e3, (first["end"] - t0 + pad) / 1e3])
+        # Kernels run after their launches: keep the first forward's GPU work in view too.
+        launched = window_stats(trace, focus).gpu
+        stop = max(first["end"], launched.loc[launched["window"] == 0, "end"].max() if len(launched) else first["end"])
+        pad = 0.05 * (stop - first["ts"])
+        fig.update_xaxes(range=[(first["ts"] - t0 - pad) / 1e3, (stop - t0 + pad) / 1e3])
     return fig
 
 

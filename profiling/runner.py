@@ -157,7 +157,7 @@ def profile_attention(
     table_path = trace_dir / f"{name}.txt"
     prof.export_chrome_trace(str(trace_path))
     averages = prof.key_averages()
-    sort_by = "self_cuda_time_total" if spec.device == "cuda" else "self_cpu_time_total"
+    sort_by = "self_device_time_total" if spec.device == "cuda" else "self_cpu_time_total"
     table_path.write_text(averages.table(sort_by=sort_by, row_limit=60, max_name_column_width=80))
     trace = load_trace(trace_path)
     forwards = window_stats(trace, device=spec.device)

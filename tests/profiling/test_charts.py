@@ -88,3 +88,34 @@ def test_step_chart_from_a_real_trace():
     fig = window_chart(analyze_file(DATA / "sampled_training_rank0.json.gz").steps)
     assert [t.name for t in fig.data] == ["cpu (ms)", "device (ms)"] and len(fig.data[0].x) == 2
     assert "No ProfilerStep" in window_chart(analyze_file(DATA / "a100_simple_add.json.gz").steps).layout.title.text
+
+
+def test_first_window_zoom_keeps_its_gpu_work_in_view():
+    # A forward whose kernel runs after the window closes, as in our CUDA runs (they sync after it).
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "attn_fwd", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 2,
+            "dur": 3,
+            "pid": 1,
+            "tid": 1,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "flash_fwd_kernel",
+            "ts": 6,
+            "dur": 94,
+            "pid": 0,
+            "tid": 7,
+            "args": {"correlation": 7, "device": 0, "stream": 7},
+        },
+        {"ph": "X", "cat": "user_annotation", "name": "attn_fwd", "ts": 200, "dur": 10, "pid": 1, "tid": 1},
+    ]
+    fig = timeline(parse_trace(json.dumps({"traceEvents": events}).encode()))
+    start, stop = fig.layout.xaxis.range
+    assert start < 0 < 0.1 <= stop < 0.2  # ms: the first forward and its kernel, not the second forward
