@@ -118,7 +118,10 @@ def _user_errors() -> Iterator[None]:
 def _insights_markdown(insights: list[Any]) -> str:
     if not insights:
         return "_No insight rule fired for this trace._"
-    return "\n".join(f"- **{i.rule.replace('_', ' ')}**: {i.text}" for i in insights)
+    # Each insight reads "Title: evidence"; bold the title.
+    return "\n".join(
+        "- **{}**: {}".format(*i.text.split(": ", 1)) if ": " in i.text else f"- {i.text}" for i in insights
+    )
 
 
 @on_gpu

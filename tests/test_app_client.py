@@ -50,7 +50,7 @@ def test_profile_returns_every_key_a_trace_and_a_figure(profiled, name):
 
 def test_naive_has_exactly_one_more_kernel_than_inplace(profiled):
     assert profiled["naive"][0]["kernels_per_forward"] == profiled["inplace"][0]["kernels_per_forward"] + 1
-    assert "Hidden copy" in profiled["naive"][6]
+    assert "- **Hidden copy**: aten::clone" in profiled["naive"][6]  # the insights markdown, title in bold
 
 
 @pytest.mark.parametrize(
