@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
 import torch
@@ -37,8 +38,6 @@ def device_name(device: str) -> str:
             model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         model = ""
-    import platform
-
     return model or platform.processor() or platform.machine() or "cpu"
 
 
@@ -53,7 +52,8 @@ def build_summary(
     on_cuda = spec.device == "cuda"
     self_cpu_us = sum(e.self_cpu_time_total for e in averages)
     self_device_us = sum(e.self_device_time_total for e in averages)
-    seconds = (forwards.device_ms if forwards.device_ms else forwards.cpu_ms) / 1e3
+    # Throughput from the truest time there is: the device's; on the CPU, the unprofiled one.
+    seconds = (forwards.device_ms or unprofiled_ms or forwards.cpu_ms) / 1e3
     name = device_name(spec.device)
     fused = forwards.kernels_per_window <= 1 and forwards.count > 0
     return {
