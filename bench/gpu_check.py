@@ -62,7 +62,10 @@ def main() -> None:
     add_shape_args(parser, preset="blog", device="cuda")
     parser.add_argument("--out", type=Path, default=None, help="where the gzipped traces go")
     args = parser.parse_args()
-    base = spec_from_args(args)
+    try:
+        base = spec_from_args(args)
+    except SpecError as exc:
+        sys.exit(f"gpu_check: {exc}")
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     tag = gpu.split()[-1].lower().replace("-", "") if args.device == "cuda" else "cpu"
     print(f"{gpu} · torch {torch.__version__} · {base.batch}x{base.heads}x{base.seq_len}x{base.head_dim} {base.dtype}")

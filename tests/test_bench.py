@@ -35,3 +35,17 @@ def test_gpu_check_runs_and_writes_gzipped_traces(tmp_path):
     traces = sorted(p.name for p in tmp_path.glob("*.json.gz"))
     assert traces == ["cpu_inplace.json.gz", "cpu_naive.json.gz", "cpu_sdpa-flash.json.gz", "cpu_sdpa-math.json.gz"]
     assert (load_trace(tmp_path / "cpu_naive.json.gz").complete["name"] == "attn_fwd").sum() == 3
+
+
+def test_gpu_check_script_says_plainly_when_there_is_no_gpu(tmp_path):
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the script would run the real check")
+    out = subprocess.run(
+        ["bash", "bench/gpu_check.sh", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode != 0
+    assert "gpu_check: device: cuda was asked for, but this machine has no CUDA GPU" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr
