@@ -21,7 +21,7 @@ def add_shape_args(parser: argparse.ArgumentParser, preset: str = "cpu-small", d
     parser.add_argument("--device", choices=DEVICES, default=device)
 
 
-def _shape_args(parser: argparse.ArgumentParser) -> None:
+def _run_args(parser: argparse.ArgumentParser) -> None:
     add_shape_args(parser)
     parser.add_argument("--compile", action="store_true", help="wrap the attention in torch.compile")
     parser.add_argument("--trace-dir", default=None, help="where traces go (default: a temporary folder)")
@@ -34,10 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="profile one variant")
     run.add_argument("--variant", choices=VARIANTS, default="naive")
     run.add_argument("--backend", choices=BACKENDS, default="auto")
-    _shape_args(run)
-    _shape_args(sub.add_parser("compare", help="profile every variant/backend on one shape"))
+    _run_args(run)
+    _run_args(sub.add_parser("compare", help="profile every variant/backend on one shape"))
     sweep = sub.add_parser("sweep", help="profile variants over seq_len values")
-    _shape_args(sweep)
+    _run_args(sweep)
     sweep.add_argument(
         "--variants", default="naive,sdpa-math,sdpa-flash", help="comma list: naive, inplace, sdpa-<backend>, flex"
     )

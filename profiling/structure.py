@@ -44,15 +44,23 @@ def metadata_ops(events: pd.DataFrame) -> np.ndarray:
     return metadata
 
 
-def nest(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Depth and parent row (-1 for none) of each complete event within its (pid, tid) lane."""
+def lanes_of(events: pd.DataFrame) -> np.ndarray:
+    """An integer per (pid, tid) lane for each event."""
+    return pd.factorize(events["pid"] + "/" + events["tid"])[0]
+
+
+def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Depth and parent row (-1 for none) of each complete event within its (pid, tid) lane.
+
+    `lanes` is `lanes_of(events)`, passed in when the caller already has it.
+    """
     depth = np.full(len(events), -1, dtype=np.int64)
     parent = np.full(len(events), -1, dtype=np.int64)
     complete = events["ph"].to_numpy() == "X"
     if not complete.any():
         return depth, parent
     rows = np.flatnonzero(complete)
-    lanes = (events["pid"].to_numpy()[rows] + "/" + events["tid"].to_numpy()[rows]).astype(str)
+    lanes = (lanes_of(events) if lanes is None else lanes)[rows]
     ts, end = events["ts"].to_numpy()[rows], events["end"].to_numpy()[rows]
     # Parents before children: by lane, then start, then the longer first.
     order = np.lexsort((-(end - ts), ts, lanes))
@@ -87,7 +95,7 @@ def structure(trace: Trace) -> Structure:
     if cached is not None:
         return cached
     ev = trace.events
-    depth, parent = nest(ev)
+    depth, parent = nest(ev, lane_codes(trace))
     is_aten = (ev["cat"].to_numpy() == "cpu_op") & ev["name"].str.startswith("aten::").to_numpy()
     counts_as_compute = (is_aten & ~metadata_ops(ev)).astype(np.float64)
     # A compute op is a leaf: none of its descendants is itself a compute op.
@@ -109,6 +117,5 @@ def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> n
 def lane_codes(trace: Trace) -> np.ndarray:
     """An integer per (pid, tid) lane for every event, computed once per trace."""
     if "lanes" not in trace.cache:
-        ev = trace.events
-        trace.cache["lanes"] = pd.factorize(ev["pid"] + "/" + ev["tid"])[0]
+        trace.cache["lanes"] = lanes_of(trace.events)
     return trace.cache["lanes"]

@@ -208,7 +208,7 @@ def _event_table(raw_events: list[Any]) -> tuple[pd.DataFrame, int]:
     frame["dur"] = frame["dur"].where(frame["ph"].eq("X"), 0.0).fillna(0.0)
     frame["end"] = frame["ts"] + frame["dur"]
     for column in ("pid", "tid"):
-        frame[column] = frame[column].map(_lane_id)
+        frame[column] = frame[column].map(_lane_id).astype(str)  # str even when empty
     args = pd.DataFrame(
         [a if type(a) is dict else {} for a in frame["args"]],
         columns=[*NUMERIC_ARGS, *OBJECT_ARGS],
