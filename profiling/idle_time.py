@@ -1,0 +1,90 @@
+"""GPU idle time: how long no kernel ran in the steps' span, and why each stream waited (HTA's rules).
+
+`idle_time_us` is the steps' span (`step_breakdown.steps_span`, the whole trace without steps)
+minus the union of kernel intervals inside it, on every GPU together, so the TensorBoard
+plugin's utilization and this idle time add up to the span.
+
+`idle_breakdown_us` follows Holistic Trace Analysis 0.5.0
+(`hta/analyzers/breakdown_analysis.py`, `BreakdownAnalysis._analyze_idle_time_for_stream` and
+`get_idle_time_breakdown`): on each stream, GPU activity (kernels, memcpy, memset) in start
+order; the gap before each one is
+- `host_wait` when its launch started after the previous activity on the stream had ended
+  (the CPU did not enqueue work fast enough);
+- else `kernel_wait` when the gap is under `consecutive_kernel_delay`, 30 by default, compared
+  with timestamps in µs (HTA's docstring says ns, but its trace timestamps are µs);
+- else `other` (e.g. waiting on an event from another stream).
+The first activity on a stream has no gap. Per-stream totals overlap in time, so they need not
+add up to the merged idle time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiling import intervals as iv
+from profiling.step_breakdown import steps_span
+from profiling.trace import LAUNCH_CATEGORIES, Trace
+
+CONSECUTIVE_KERNEL_DELAY_US = 30.0  # HTA TraceAnalysis.get_idle_time_breakdown(consecutive_kernel_delay=30)
+IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
+
+
+def merged_idle_us(trace: Trace) -> float | None:
+    """The span minus the union of kernel intervals inside it; None without kernels or span."""
+    span = steps_span(trace)
+    kernels = trace.kernels
+    if span is None or kernels.empty:
+        return None
+    busy = iv.clip(iv.union(kernels["ts"].to_numpy(), kernels["end"].to_numpy()), *span)
+    return float(span[1] - span[0]) - iv.total(busy)
+
+
+def _launch_start(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+    """Start of the launch that caused each GPU activity, NaN where the launch is not in the trace."""
+    ev = trace.complete
+    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & ev["correlation"].notna()].drop_duplicates("correlation")
+    at = pd.Index(launches["correlation"]).get_indexer(gpu["correlation"])
+    return np.append(launches["ts"].to_numpy(), np.nan)[at]
+
+
+def _stream_keys(gpu: pd.DataFrame) -> pd.Series:
+    """`7` for stream 7; `1:7` for stream 7 of device 1 when several devices ran work."""
+    stream = gpu["stream"].astype(np.int64).astype(str)
+    if gpu["device"].nunique(dropna=True) > 1:
+        return gpu["device"].fillna(-1).astype(np.int64).astype(str) + ":" + stream
+    return stream
+
+
+def idle_breakdown_us(trace: Trace, consecutive_kernel_delay_us: float = CONSECUTIVE_KERNEL_DELAY_US) -> dict:
+    """`{stream: {host_wait, kernel_wait, other}}` in µs, by HTA's idle-time rules; {} without GPU work."""
+    gpu = trace.gpu_activity
+    gpu = gpu[gpu["stream"].notna() & gpu["stream"].ge(0)]
+    if gpu.empty:
+        return {}
+    frame = pd.DataFrame(
+        {
+            "key": _stream_keys(gpu).to_numpy(),
+            "ts": gpu["ts"].to_numpy(),
+            "end": gpu["end"].to_numpy(),
+            "launch": _launch_start(trace, gpu),
+        }
+    ).sort_values(["key", "ts"], kind="stable")
+    previous_end = frame.groupby("key", sort=False)["end"].shift(1)
+    gap = frame["ts"] - previous_end
+    host_wait = frame["launch"] > previous_end  # NaN compares False, as in HTA
+    kernel_wait = ~host_wait & (gap < consecutive_kernel_delay_us)
+    category = np.select([host_wait, kernel_wait], ["host_wait", "kernel_wait"], "other")
+    sums = pd.DataFrame({"key": frame["key"], "category": category, "gap": gap}).dropna(subset=["gap"])
+    table = sums.groupby(["key", "category"])["gap"].sum().unstack(fill_value=0.0)
+    table = table.reindex(columns=list(IDLE_CATEGORIES), fill_value=0.0)
+    keys = frame["key"].unique()
+    return {key: {c: float(table.at[key, c]) if key in table.index else 0.0 for c in IDLE_CATEGORIES} for key in keys}
+
+
+def idle_time(trace: Trace) -> dict[str, Any]:
+    """`idle_time_us` (merged, over the steps' span) and `idle_breakdown_us` (per stream, HTA's rules)."""
+    breakdown = idle_breakdown_us(trace)
+    return {"idle_time_us": merged_idle_us(trace), "idle_breakdown_us": breakdown or None}

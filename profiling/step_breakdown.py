@@ -1,0 +1,217 @@
+"""Profiler steps and their time breakdown, by the TensorBoard plugin's rules.
+
+Source of the definitions (pytorch/kineto, `tb_plugin/torch_tb_profiler/profiler/`, before the
+plugin's removal):
+- `event_parser.py`, `StepParser._parse_step`: which events are steps and which role each
+  event plays (kernel, memcpy, memset, communication, runtime, dataloader, CPU exec);
+- `event_parser.py`, `StepParser._find_device_steps` and `_update_steps_duration`: a step
+  starts at the later of its CPU start and the previous step's end, and ends at the later of
+  its CPU end and the end of the last GPU activity launched inside it; trailing steps that
+  launched nothing, or fewer than 80% of the GPU activities of the step before, are dropped;
+- `overall_parser.py`, `OverallParser.Statistics.create_from_range`: each instant of a step
+  goes to the first role active then, in `ProfileRole` order, and the rest is `other`.
+
+Where we differ from the plugin, on purpose: launches in the `cuda_driver`/`hip_*` categories
+(cuLaunchKernel, used by Triton and cuDNN) count as launches and as runtime, since the plugin
+predates them; `gpu_user_annotation` spans are not CPU work; NCCL kernels are communication by
+name as well as through a `nccl:*` op's external id, since newer traces have no such ops.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from profiling import intervals as iv
+from profiling.trace import LAUNCH_CATEGORIES, Trace
+
+STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+CPU_CATEGORIES = ("cpu_op", "user_annotation", "python")  # the plugin's OPERATOR, USER_ANNOTATION, PYTHON
+# trace.py NcclOpNameSet and GlooOpNameSet
+COMMUNICATION_OPS = frozenset(
+    f"{lib}:{op}"
+    for lib in ("nccl", "gloo")
+    for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
+)
+# event_parser.py ProfileRole, in priority order; `other` is what is left of a step.
+ROLES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+TAIL_RATIO = 0.8  # _update_steps_duration: a last step with < 80% of the previous step's GPU work is partial
+
+
+@dataclass
+class StepBreakdown:
+    """Average step time, average time per role, and one row per step (times in µs)."""
+
+    average_step_time_us: float | None
+    breakdown_us: dict[str, float] = field(default_factory=dict)
+    per_step: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def profiler_steps(trace: Trace) -> pd.DataFrame:
+    """The host-side `ProfilerStep#N` spans, in time order (a step recorded twice counts once)."""
+    ev = trace.complete
+    steps = ev[ev["cat"].isin(("user_annotation", "cpu_op")) & ev["name"].str.match(STEP_NAME.pattern)]
+    return steps.drop_duplicates(["name", "ts"]).sort_values("ts", kind="stable")
+
+
+def _launched_activity(trace: Trace) -> pd.DataFrame:
+    """GPU activity with the host span of the launch that caused it, from any host thread.
+
+    Like the plugin (runtime_node_list), any launch in the file counts, whatever its thread:
+    the backward pass launches from the autograd thread. A trace file holds one process, and
+    Kineto sometimes gives the step another pid than the ops (tests/data/triton_driver_launch).
+    """
+    ev = trace.complete
+    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & ev["correlation"].notna()]
+    launches = launches.drop_duplicates("correlation")
+    gpu = trace.gpu_activity
+    at = pd.Index(launches["correlation"]).get_indexer(gpu["correlation"])
+    # A sentinel row of NaN stands for "no launch found" (get_indexer's -1).
+    launch_start = np.append(launches["ts"].to_numpy(), np.nan)[at]
+    launch_end = np.append(launches["end"].to_numpy(), np.nan)[at]
+    return pd.DataFrame(
+        {
+            "start": gpu["ts"].to_numpy(),
+            "end": gpu["end"].to_numpy(),
+            "launch_start": launch_start,
+            "launch_end": launch_end,
+        }
+    )
+
+
+def _step_of_launch(
+    starts: np.ndarray, ends: np.ndarray, launch_start: np.ndarray, launch_end: np.ndarray
+) -> np.ndarray:
+    """Index of the host step that wholly contains each launch, else -1 (_find_device_steps)."""
+    k = np.searchsorted(starts, launch_start, side="right") - 1
+    ok = (k >= 0) & (launch_end <= ends[np.clip(k, 0, None)])
+    # A zero-length launch exactly at a boundary belongs to the earlier step, as in the plugin's merge.
+    earlier = (
+        (k >= 1) & (launch_start >= starts[np.clip(k - 1, 0, None)]) & (launch_end <= ends[np.clip(k - 1, 0, None)])
+    )
+    k = np.where(earlier, k - 1, k)
+    return np.where(ok | earlier, k, -1)
+
+
+def _device_extent(activity: pd.DataFrame, step: np.ndarray, n: int) -> pd.DataFrame:
+    matched = step >= 0
+    grouped = activity[matched].groupby(step[matched])
+    extent = pd.DataFrame({"first": grouped["start"].min(), "last": grouped["end"].max(), "count": grouped.size()})
+    return extent.reindex(range(n)).fillna({"count": 0})
+
+
+def _previous_end(activity: pd.DataFrame, step: np.ndarray, first_step_start: float, first_device: float) -> float:
+    """The plugin's `prev_step_end_time`: the first step's start, or the end of unmatched GPU work before it."""
+    if np.isnan(first_device):
+        return first_step_start
+    ends = activity["end"].to_numpy()[(step < 0) & (activity["end"].to_numpy() < first_device)]
+    return max(first_step_start, float(ends.max())) if len(ends) else first_step_start
+
+
+def adjusted_steps(trace: Trace) -> pd.DataFrame:
+    """The plugin's steps: `step`, `start`, `end`, `gpu_activities` (cached on the trace)."""
+    if "plugin_steps" not in trace.cache:
+        trace.cache["plugin_steps"] = _adjust_steps(trace)
+    return trace.cache["plugin_steps"]
+
+
+def _adjust_steps(trace: Trace) -> pd.DataFrame:
+    steps = profiler_steps(trace)
+    if steps.empty:
+        return pd.DataFrame({"step": [], "start": [], "end": [], "gpu_activities": []})
+    cpu_start, cpu_end = steps["ts"].to_numpy(), steps["end"].to_numpy()
+    n = len(steps)
+    activity = _launched_activity(trace)
+    step = _step_of_launch(cpu_start, cpu_end, activity["launch_start"].to_numpy(), activity["launch_end"].to_numpy())
+    extent = _device_extent(activity, step, n)
+    count = extent["count"].to_numpy()
+    start, end = cpu_start.copy(), cpu_end.copy()
+    if count.sum() > 0:  # is_use_gpu
+        prev = _previous_end(activity, step, cpu_start[0], extent["first"].iloc[0])
+        reach = np.fmax(np.fmax(cpu_end, extent["last"].to_numpy()), cpu_start)
+        end = np.maximum.accumulate(np.concatenate([[prev], reach]))[1:]
+        start = np.maximum(cpu_start, np.concatenate([[prev], end[:-1]]))
+        n = _steps_kept(count)
+    return pd.DataFrame(
+        {"step": steps["name"].to_numpy(), "start": start, "end": end, "gpu_activities": count.astype(np.int64)}
+    ).iloc[:n]
+
+
+def _steps_kept(count: np.ndarray) -> int:
+    """_update_steps_duration: drop trailing steps whose GPU work the profiler may have cut short."""
+    n = len(count)
+    launched = np.flatnonzero(count > 0)
+    if n <= 1 or not len(launched):
+        return n
+    last = int(launched[-1])
+    keep = last + 1
+    if last > 0 and count[last - 1] * TAIL_RATIO > count[last]:
+        keep = last
+    return keep
+
+
+def steps_span(trace: Trace) -> tuple[float, float] | None:
+    """First step start to last step end; the whole trace without steps; None for an empty trace."""
+    steps = adjusted_steps(trace)
+    if len(steps):
+        return float(steps["start"].iloc[0]), float(steps["end"].iloc[-1])
+    ev = trace.complete
+    if ev.empty:
+        return None
+    return float(ev["ts"].min()), float(ev["end"].max())
+
+
+def _role_masks(trace: Trace) -> dict[str, np.ndarray]:
+    """StepParser._parse_step: which complete events play which role."""
+    ev = trace.complete
+    cat, name = ev["cat"], ev["name"]
+    cpu = cat.isin(CPU_CATEGORIES) & ~name.str.match(STEP_NAME.pattern)
+    dataloader = cat.isin(("cpu_op", "user_annotation")) & (
+        (name.str.startswith("enumerate(DataLoader)#") & name.str.endswith(".__next__"))
+        | name.str.startswith("enumerate(DataPipe)#")
+    )
+    communication_ops = cpu & ~dataloader & name.isin(COMMUNICATION_OPS)
+    op_ids = ev.loc[communication_ops, "external_id"].dropna().unique()
+    is_kernel = cat.eq("kernel")
+    nccl_kernel = is_kernel & (name.str.contains("nccl", case=False) | ev["external_id"].isin(op_ids))
+    return {
+        "kernel": (is_kernel & ~nccl_kernel).to_numpy(),
+        "memcpy": cat.eq("gpu_memcpy").to_numpy(),
+        "memset": cat.eq("gpu_memset").to_numpy(),
+        "communication": (nccl_kernel | communication_ops).to_numpy(),
+        "runtime": cat.isin(LAUNCH_CATEGORIES).to_numpy(),
+        "dataloader": dataloader.to_numpy(),
+        "cpu_exec": (cpu & ~dataloader & ~communication_ops).to_numpy(),
+    }
+
+
+def exclusive_roles(trace: Trace) -> dict[str, iv.Intervals]:
+    """Each role's busy time minus every higher-priority role's (create_from_range)."""
+    ev = trace.complete
+    ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
+    taken, out = iv.empty(), {}
+    for role, mask in _role_masks(trace).items():
+        busy = iv.union(ts[mask], end[mask])
+        out[role] = iv.subtract(busy, taken)
+        taken = iv.union(np.concatenate([taken[0], busy[0]]), np.concatenate([taken[1], busy[1]]))
+    return out
+
+
+def step_breakdown(trace: Trace) -> StepBreakdown:
+    """Average step time and per-role averages over the plugin's steps; None/empty without steps."""
+    steps = adjusted_steps(trace)
+    if steps.empty:
+        return StepBreakdown(None, {}, pd.DataFrame(columns=["step", "step time (us)"]))
+    start, end = steps["start"].to_numpy(), steps["end"].to_numpy()
+    roles = exclusive_roles(trace)
+    shown = [r for r in ROLES if r != "communication" or len(roles["communication"][0])]
+    costs = {role: iv.overlap_per_window(roles[role], start, end) for role in ROLES}
+    per_step = pd.DataFrame({"step": steps["step"].to_numpy(), "step time (us)": end - start})
+    for role in shown:
+        per_step[f"{role} (us)"] = costs[role]
+    per_step["other (us)"] = np.clip((end - start) - sum(costs.values()), 0.0, None)
+    breakdown = {role: float(per_step[f"{role} (us)"].mean()) for role in [*shown, "other"]}
+    return StepBreakdown(float(per_step["step time (us)"].mean()), breakdown, per_step)
