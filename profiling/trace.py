@@ -32,10 +32,45 @@ CHUNK_BYTES = 1024**2
 
 # Device-side activity: what a GPU ran. Kineto writes the same categories for CUDA and ROCm.
 GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
-# Host-side calls that put work on a device; their `correlation` id names that work.
-LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
+# Host-side calls that put work on a device; their `correlation` id names that work. ROCm traces
+# use these categories too: Kineto's roctracer wrapper types HIP API calls (`hipLaunchKernel`,
+# `hipExtModuleLaunchKernel`, ...) as CUDA_RUNTIME (libkineto/src/RoctracerActivity.h).
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
-# args keys lifted into columns, with their column names. Everything else stays in `args`.
+# Every category spelling Kineto has written, as (spelling, canonical name, who writes it). The
+# lookup ignores case, as the TensorBoard plugin's does (tb_plugin/torch_tb_profiler/profiler/
+# trace.py, EventTypeMap). Categories not listed here are kept as written.
+CATEGORY_SPELLINGS: tuple[tuple[str, str, str], ...] = (
+    ("Kernel", "kernel", "torch 1.8-1.9 (Kineto 2021)"),
+    ("kernel", "kernel", "torch >= 1.10"),
+    ("Memcpy", "gpu_memcpy", "torch 1.8-1.9"),
+    ("gpu_memcpy", "gpu_memcpy", "torch >= 1.10"),
+    ("Memset", "gpu_memset", "torch 1.8-1.9"),
+    ("gpu_memset", "gpu_memset", "torch >= 1.10"),
+    ("Runtime", "cuda_runtime", "torch 1.8-1.9"),
+    ("cuda_runtime", "cuda_runtime", "torch >= 1.10; ROCm builds too (hip* names)"),
+    ("Driver", "cuda_driver", "the 1.8-1.9 style for driver calls; no such trace seen (no driver activity then)"),
+    ("cuda_driver", "cuda_driver", "torch >= 2.1 (Triton's cuLaunchKernel)"),
+    ("hip_runtime", "cuda_runtime", "not written by Kineto; third-party ROCm converters"),
+    ("hip_driver", "cuda_driver", "not written by Kineto; third-party ROCm converters"),
+    ("Operator", "cpu_op", "torch 1.8-1.9"),
+    ("cpu_op", "cpu_op", "torch >= 1.10"),
+    ("Python", "python_function", "torch 1.8-1.9 (with_stack)"),
+    ("python_function", "python_function", "torch >= 1.10"),
+    ("user_annotation", "user_annotation", "torch >= 1.10 (record_function, ProfilerStep#N)"),
+    ("gpu_user_annotation", "gpu_user_annotation", "torch >= 1.10 (record_function on the GPU lane)"),
+    ("async", "ac2g", "torch 1.8-1.9 launch flow arrows (ph s/f, name `launch`)"),
+    ("ac2g", "ac2g", "torch >= 1.10 launch flow arrows"),
+    ("cuda_sync", "cuda_sync", "torch >= 2.2 (cudaStreamSynchronize and friends)"),
+    ("cpu_instant_event", "cpu_instant_event", "torch >= 1.10 ([memory] and other instants)"),
+)
+_CANONICAL_CATEGORY = {spelling.lower(): canonical for spelling, canonical, _ in CATEGORY_SPELLINGS}
+# torch.profiler's step marker; torch 1.8-1.9 recorded it as an `Operator`, later as a `user_annotation`.
+STEP_PREFIX = "ProfilerStep#"
+# args key spellings: the older one on the left (torch 1.8-1.9), the one the analysis reads on the right.
+ARG_SPELLINGS = {"external id": "External id", "Input dims": "Input Dims"}
+
+# args keys lifted into columns, with their column names: the only ones the analysis reads.
 NUMERIC_ARGS = {
     "correlation": "correlation",
     "External id": "external_id",
@@ -196,6 +231,7 @@ def _event_table(raw_events: list[Any]) -> tuple[pd.DataFrame, int]:
     for column in ("name", "cat", "ph"):
         good = frame[column].map(type).eq(str)
         frame[column] = frame[column].where(good, "")
+    frame["cat"] = canonical_categories(frame["cat"], frame["name"])
     frame["ts"] = _numeric(frame["ts"])
     frame["dur"] = _numeric(frame["dur"])
     is_complete = frame["ph"].eq("X")
@@ -210,15 +246,32 @@ def _event_table(raw_events: list[Any]) -> tuple[pd.DataFrame, int]:
     for column in ("pid", "tid"):
         frame[column] = frame[column].map(_lane_id).astype(str)  # str even when empty
     args = pd.DataFrame(
-        [a if type(a) is dict else {} for a in frame["args"]],
+        [_respelled(a) if type(a) is dict else {} for a in frame["args"]],
         columns=[*NUMERIC_ARGS, *OBJECT_ARGS],
     )
     for key, column in NUMERIC_ARGS.items():
         frame[column] = _numeric(args[key]).to_numpy()
     for key, column in OBJECT_ARGS.items():
         frame[column] = args[key].to_numpy()
-    frame["args"] = frame["args"].where(frame["args"].map(type).eq(dict), None)
-    return frame[[*COLUMNS, "args"]], skipped
+    return frame[COLUMNS], skipped
+
+
+def canonical_categories(cat: pd.Series, name: pd.Series) -> pd.Series:
+    """Categories in today's spelling (CATEGORY_SPELLINGS); a step recorded as an op becomes an annotation."""
+    unique = pd.unique(cat)  # a handful of spellings per trace: look each up once
+    mapping = {c: _CANONICAL_CATEGORY.get(c.lower(), c) for c in unique}
+    canonical = cat.map(mapping)
+    # The analysis finds profiler steps among user annotations, as torch >= 1.10 records them.
+    is_step = canonical.eq("cpu_op") & name.str.startswith(STEP_PREFIX)
+    return canonical.mask(is_step, "user_annotation")
+
+
+def _respelled(args: dict[str, Any]) -> dict[str, Any]:
+    # Only old traces carry an old spelling; the current one wins where both appear.
+    for old, new in ARG_SPELLINGS.items():
+        if old in args and new not in args:
+            args = {**args, new: args[old]}
+    return args
 
 
 def _numeric(column: pd.Series) -> pd.Series:
