@@ -2,12 +2,17 @@
 
 import torch
 
+from attention.gqa import repeat_kv
+
 
 def inplace_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, mask: torch.Tensor, backend: str = "auto"
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, mask: torch.Tensor | None, backend: str = "auto"
 ) -> torch.Tensor:
+    key, value = repeat_kv(key, value, query.size(1))  # [batch, heads, seq, head_dim]
     scale = query.size(-1) ** -0.5
-    scores = query @ key.transpose(-2, -1) * scale  # [batch, heads, seq, seq]
-    scores.masked_fill_(mask, float("-inf"))  # [batch, heads, seq, seq]
-    probs = torch.softmax(scores, dim=-1)  # [batch, heads, seq, seq]
-    return probs @ value  # [batch, heads, seq, head_dim]
+    scores = query @ key.transpose(-2, -1) * scale  # [batch, heads, q_len, seq]
+    if mask is not None:
+        scores.masked_fill_(mask, float("-inf"))  # [batch, heads, q_len, seq]
+    probs = torch.softmax(scores, dim=-1)  # [batch, heads, q_len, seq]
+    return probs @ value  # [batch, heads, q_len, head_dim]
+

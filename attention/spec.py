@@ -1,25 +1,31 @@
-"""The run specification: one frozen dataclass, validated once, passed everywhere."""
+"""The run specification: one frozen dataclass of plain values, validated once, passed everywhere.
+
+Building a spec reads nothing from the machine except to resolve `device="auto"`; whether the run
+fits this machine (CUDA, memory, backend support) is `support.preflight`'s job.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-VARIANTS = ("naive", "inplace", "sdpa", "flex", "hub_flash")
-BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")
+from attention import masks, memory
+from attention.errors import SpecError
+from attention.registry import BACKENDS, VARIANTS, run_label
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
 DEVICES = ("auto", "cpu", "cuda")
+MODES = ("inference", "training")
 
 # Inclusive ranges. Upper bounds keep a public Space from being asked for absurd work;
-# the memory guard below refuses what is in range but still too big for the device.
+# `preflight` refuses what is in range but still too big for the device.
 LIMITS: dict[str, tuple[int, int]] = {
     "batch": (1, 512),
     "heads": (1, 256),
@@ -27,79 +33,44 @@ LIMITS: dict[str, tuple[int, int]] = {
     "head_dim": (1, 512),
 }
 
-# How many seq x seq score matrices each kind keeps alive at its peak, in its compute
-# dtype: naive holds scores, the masked copy and the probabilities; in-place drops the copy;
-# math upcasts to float32 and also holds the safe-softmax select; eager flex materialises
-# like naive. Fused kernels never materialise one.
-SCORE_MATRICES = {"naive": 3, "inplace": 2, "math": 4, "fused": 0}
-
-# The float64 reference attention works in query blocks of at most this many score bytes.
-REFERENCE_BLOCK_BYTES = 256 * 1024**2
-
-# Leave room for the allocator, the float64 reference and the profiler itself.
-MEMORY_HEADROOM = 0.6
-
-
-class SpecError(ValueError):
-    """A spec that cannot be run. The message names the field and what is allowed."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-
 
 def _check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise SpecError(field, f"{value!r} is not one of {', '.join(allowed)}")
 
 
-def _check_int(field: str, value: Any) -> None:
-    low, high = LIMITS[field]
+def _check_int(field: str, value: Any, low: int, high: int, note: str = "") -> None:
     # bool is an int in Python; True as a batch size is a bug, not a 1.
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(field, f"must be a whole number from {low} to {high}, got {value!r}")
+        raise SpecError(field, f"must be a whole number from {low} to {high}{note}, got {value!r}")
     if not low <= value <= high:
-        raise SpecError(field, f"must be from {low} to {high}, got {value}")
+        raise SpecError(field, f"must be from {low} to {high}{note}, got {value}")
 
 
-def cuda_available() -> bool:
-    return torch.cuda.is_available()
-
-
-def available_bytes(device: str) -> int:
-    """Memory a run may use on `device` right now."""
-    if device == "cuda":
-        free, _total = torch.cuda.mem_get_info()
-        return int(free)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def memory_budget(device: str) -> int:
-    """The bytes a run may plan to use on `device`: what is free, less headroom."""
-    return int(available_bytes(device) * MEMORY_HEADROOM)
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+def _parse_valid_len(value: Any) -> tuple[int, ...]:
+    """One int, a comma list, or a sequence of ints, as a tuple; "" and None mean unused."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        try:
+            return tuple(int(t) for t in value.split(",") if t.strip())
+        except ValueError:
+            raise SpecError("valid_len", f"must be a whole number or a comma list of them, got {value!r}") from None
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise SpecError("valid_len", f"must be a whole number or a comma list of them, got {value!r}")
+    return tuple(items)
 
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """What to run: the variant, its SDPA backend, the shape, dtype, device and compile flag.
+    """What to run: the variant, its SDPA backend, the shape, dtype, device, compile flag, mode and mask.
 
-    `device="auto"` is resolved to a concrete device at construction, so every later
-    reader sees `cpu` or `cuda`.
+    Neutral values are resolved at construction: `device="auto"` to `cpu` or `cuda` (the one
+    machine read), `kv_heads=0` to `heads`, `q_len=0` to `seq_len`. Values a field's mask does
+    not use are reset to neutral (`window` 0, `valid_len` ()), and a non-SDPA variant's backend
+    to `auto`, so a form that keeps hidden controls' values still gives one canonical spec.
+    `valid_len` is stored as one int per batch row.
     """
 
     variant: str = "naive"
@@ -111,23 +82,72 @@ class AttentionSpec:
     dtype: str = "float32"
     device: str = "auto"
     compile: bool = False
+    mode: str = "inference"
+    kv_heads: int = 0
+    q_len: int = 0
+    mask: str = "causal"
+    window: int = 0
+    valid_len: Any = ()
 
     def __post_init__(self) -> None:
-        _check_choice("variant", self.variant, VARIANTS)
+        self._check_choices()
+        for field, (low, high) in LIMITS.items():
+            _check_int(field, getattr(self, field), low, high)
+        if not isinstance(self.compile, bool):
+            raise SpecError("compile", f"must be true or false, got {self.compile!r}")
+        self._resolve_heads_and_lengths()
+        self._resolve_mask_values()
+        if self.device == "auto":
+            object.__setattr__(self, "device", "cuda" if torch.cuda.is_available() else "cpu")
+        if len(VARIANTS[self.variant].backends) == 1:
+            object.__setattr__(self, "backend", "auto")
+
+    def _check_choices(self) -> None:
+        _check_choice("variant", self.variant, tuple(VARIANTS))
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("dtype", self.dtype, tuple(DTYPES))
         _check_choice("device", self.device, DEVICES)
-        for field in LIMITS:
-            _check_int(field, getattr(self, field))
-        if not isinstance(self.compile, bool):
-            raise SpecError("compile", f"must be true or false, got {self.compile!r}")
-        if self.device == "cuda" and not cuda_available():
-            raise SpecError("device", "cuda was asked for, but this machine has no CUDA GPU; use cpu or auto")
-        if self.device == "auto":
-            object.__setattr__(self, "device", "cuda" if cuda_available() else "cpu")
-        self._check_memory()
+        _check_choice("mode", self.mode, MODES)
+        _check_choice("mask", self.mask, masks.MASKS)
+
+    def _resolve_heads_and_lengths(self) -> None:
+        _check_int("kv_heads", self.kv_heads, 0, self.heads, " (0 means heads)")
+        _check_int("q_len", self.q_len, 0, self.seq_len, " (0 means seq_len)")
+        kv_heads = self.kv_heads or self.heads
+        if self.heads % kv_heads:
+            raise SpecError("kv_heads", f"must divide heads ({self.heads}), got {kv_heads}")
+        object.__setattr__(self, "kv_heads", kv_heads)
+        object.__setattr__(self, "q_len", self.q_len or self.seq_len)
+
+    def _resolve_mask_values(self) -> None:
+        _check_int("window", self.window, 0, LIMITS["seq_len"][1])
+        valid_len = _parse_valid_len(self.valid_len)
+        if self.mask == "sliding_window" and not 1 <= self.window <= self.seq_len:
+            raise SpecError("window", f"sliding_window needs a window from 1 to seq_len ({self.seq_len}), got {self.window}")
+        if self.mask == "padding":
+            valid_len = self._checked_valid_len(valid_len)
+        object.__setattr__(self, "window", self.window if self.mask == "sliding_window" else 0)
+        object.__setattr__(self, "valid_len", valid_len if self.mask == "padding" else ())
+
+    def _checked_valid_len(self, valid_len: tuple[int, ...]) -> tuple[int, ...]:
+        if len(valid_len) == 1:
+            valid_len *= self.batch
+        if len(valid_len) != self.batch:
+            raise SpecError("valid_len", f"padding needs one length, or one per batch row ({self.batch}), got {len(valid_len)}")
+        bad = [v for v in valid_len if not 1 <= v <= self.seq_len]
+        if bad:
+            raise SpecError("valid_len", f"each length must be from 1 to seq_len ({self.seq_len}), got {bad[0]}")
+        return valid_len
 
     def replace(self, **changes: Any) -> AttentionSpec:
+        """A copy with `changes`. A q_len equal to seq_len (or kv_heads equal to heads) keeps following
+        it, and one padding length for every row keeps applying to every row, unless given."""
+        if "seq_len" in changes and "q_len" not in changes and self.q_len == self.seq_len:
+            changes["q_len"] = 0
+        if "heads" in changes and "kv_heads" not in changes and self.kv_heads == self.heads:
+            changes["kv_heads"] = 0
+        if "batch" in changes and "valid_len" not in changes and len(set(self.valid_len)) == 1:
+            changes["valid_len"] = self.valid_len[:1]
         return dataclasses.replace(self, **changes)
 
     @property
@@ -139,58 +159,41 @@ class AttentionSpec:
         return self.torch_dtype.itemsize
 
     @property
-    def memory_kind(self) -> str:
-        """naive, inplace, math or fused: what decides how much memory a run needs."""
-        if self.variant in ("naive", "inplace"):
-            return self.variant
-        if self.variant == "sdpa" and self.backend == "math":
-            return "math"
-        if self.variant == "flex" and not self.compile:
-            return "naive"  # eager flex_attention is an unfused reference implementation
-        return "fused"
+    def training(self) -> bool:
+        return self.mode == "training"
 
     @property
     def name(self) -> str:
         """A short label: `naive`, `sdpa-flash`, `sdpa-math+compile`."""
-        label = f"sdpa-{self.backend}" if self.variant == "sdpa" else self.variant
-        return label + ("+compile" if self.compile else "")
+        return run_label(self.variant, self.backend, self.compile)
 
-    def estimated_bytes(self, seq_len: int | None = None) -> int:
-        """Peak bytes a forward needs: q, k, v, out, plus its live score matrices.
-
-        `seq_len` overrides the spec's own, so a sweep can look ahead without building specs
-        the memory guard would refuse.
-        """
-        b, h, s, d = self.batch, self.heads, seq_len or self.seq_len, self.head_dim
-        tensors = 4 * b * h * s * d * self.itemsize
-        score_itemsize = 4 if self.memory_kind == "math" else self.itemsize
-        scores = SCORE_MATRICES[self.memory_kind] * b * h * s * s * score_itemsize
-        # The float64 reference: its inputs and output, plus one block of scores and probabilities.
-        reference = 4 * b * h * s * d * 8 + 2 * min(b * h * s * s * 8, REFERENCE_BLOCK_BYTES)
-        return tensors + scores + reference
-
-    def _check_memory(self) -> None:
-        need = self.estimated_bytes()
-        have = memory_budget(self.device)
-        if need > have:
-            raise SpecError(
-                "seq_len",
-                f"this shape needs about {format_bytes(need)} on {self.device} but only "
-                f"{format_bytes(have)} is available; lower seq_len, batch or heads",
-            )
+    def estimated_bytes(self) -> int:
+        """Peak bytes the whole run allocates: inputs, mask, forward (and backward), the float64 reference."""
+        return memory.estimate(self).peak
 
     def flops(self) -> int:
-        """Useful FLOPs of one causal forward: QK^T and PV over the unmasked half only."""
-        b, h, s, d = self.batch, self.heads, self.seq_len, self.head_dim
-        unmasked = s * (s + 1) // 2
-        return 2 * 2 * b * h * unmasked * d
+        """FLOPs of one forward over the unmasked (query, key) pairs only: QK^T and PV, 2 FLOPs per MAC."""
+        return 4 * self.head_dim * self.heads * masks.visible_pairs(self)
+
+    def backward_flops(self) -> int:
+        """2.5 x the forward, the FlashAttention papers' convention (5 matmuls against 2)."""
+        return self.flops() * 5 // 2
+
+    def bytes_moved(self) -> int:
+        """Q and O, then K and V, once each: the least memory traffic a fused forward can do."""
+        q_side = 2 * self.batch * self.heads * self.q_len * self.head_dim
+        kv_side = 2 * self.batch * self.kv_heads * self.seq_len * self.head_dim
+        return (q_side + kv_side) * self.itemsize
 
     def score_bytes(self) -> int:
-        """Bytes written and read by one materialised score matrix (what fusion saves)."""
-        return self.batch * self.heads * self.seq_len**2 * self.itemsize
+        """Bytes of one materialised score matrix, `[batch, heads, q_len, seq_len]` (what fusion saves)."""
+        return self.batch * self.heads * self.q_len * self.seq_len * self.itemsize
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, resolved; `valid_len` as a list."""
+        fields = dataclasses.asdict(self)
+        fields["valid_len"] = list(self.valid_len)
+        return fields
 
 
 # Named starting points, as in gpt-fast's `transformer_configs`.
@@ -198,3 +201,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-small": dict(batch=1, heads=4, seq_len=256, head_dim=64, dtype="float32"),
     "blog": dict(batch=8, heads=16, seq_len=1024, head_dim=64, dtype="bfloat16"),
 }
+
+
+def format_bytes(n: float) -> str:
+    """`1536` -> `1.5 KiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

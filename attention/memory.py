@@ -1,0 +1,118 @@
+"""How many bytes a whole run allocates at its peak, counted allocation by allocation.
+
+A run holds its inputs (and, in training, their gradients and the upstream gradient) and output
+throughout; builds its dense mask once (only the variants that take one); then runs forwards (and
+backwards), and last the float64 reference. The peak is the persistent part plus the larger of the
+forward's and the reference's temporaries. Score matrices are `[batch, heads, q_len, seq_len]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from attention.reference import block_rows
+
+if TYPE_CHECKING:
+    from attention.spec import AttentionSpec
+
+# Score matrices alive at the forward's peak (inference) and at the backward's peak (training), in the
+# compute dtype, measured on CPU with torch 2.13 (tests/attention/test_memory.py holds the estimate to 2x):
+# naive and in-place hold the scaled scores and the next result at once; in training the saved
+# probabilities stay while the backward holds two gradients of the scores.
+SCORE_MATRICES: dict[str, tuple[int, int]] = {
+    "naive": (2, 4),
+    "inplace": (2, 4),
+    "math": (2, 4),
+    "flex": (3, 5),
+    "fused": (0, 0),
+}
+# Float64 score blocks alive at the reference's peak, without and with autograd.
+REFERENCE_BLOCKS = (2, 5)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes by stage; `peak` is what `AttentionSpec.estimated_bytes()` reports."""
+
+    inputs: int
+    mask_build: int
+    mask: int
+    forward: int
+    reference: int
+
+    @property
+    def peak(self) -> int:
+        return self.inputs + max(self.mask_build, self.mask + max(self.forward, self.reference))
+
+
+def score_kind(spec: AttentionSpec) -> str:
+    """naive, inplace, math, flex or fused: what decides how many score matrices a forward holds."""
+    if spec.variant in ("naive", "inplace"):
+        return spec.variant
+    if spec.variant == "sdpa" and spec.backend == "math":
+        return "math"
+    if spec.variant == "flex" and not spec.compile:
+        return "flex"  # eager flex_attention is an unfused reference implementation
+    return "fused"
+
+
+def _tensor_bytes(spec: AttentionSpec, itemsize: int) -> tuple[int, int]:
+    """Bytes of one query-shaped tensor and of one key-shaped tensor at `itemsize`."""
+    q_side = spec.batch * spec.heads * spec.q_len * spec.head_dim * itemsize
+    kv_side = spec.batch * spec.kv_heads * spec.seq_len * spec.head_dim * itemsize
+    return q_side, kv_side
+
+
+def _inputs(spec: AttentionSpec) -> int:
+    q_side, kv_side = _tensor_bytes(spec, spec.itemsize)
+    tensors = 2 * q_side + 2 * kv_side  # q, k, v and the output the runner keeps
+    return tensors * 2 if spec.training else tensors  # + dQ, dK, dV and the upstream gradient
+
+
+def dense_mask_bytes(spec: AttentionSpec) -> tuple[int, int]:
+    """(peak while building, kept) bytes of the dense mask `prepare` builds; (0, 0) when the variant takes none."""
+    dense = spec.variant in ("naive", "inplace") or (
+        spec.variant == "sdpa" and spec.mask in ("sliding_window", "padding")
+    )
+    if not dense or spec.mask == "none":
+        return 0, 0
+    plane = spec.q_len * spec.seq_len  # one bool per (query, key)
+    if spec.mask == "padding":
+        return plane * (spec.batch + 1), plane * spec.batch
+    if spec.mask == "sliding_window":
+        return 3 * plane, plane  # two comparisons and their `&`
+    return plane, plane
+
+
+def _forward(spec: AttentionSpec) -> int:
+    q_side, kv_side = _tensor_bytes(spec, spec.itemsize)
+    kind = score_kind(spec)
+    matrices = SCORE_MATRICES[kind][spec.training]
+    scores = matrices * spec.batch * spec.heads * spec.q_len * spec.seq_len * spec.itemsize
+    expanded = 2 * kv_side * spec.heads // spec.kv_heads if kind != "fused" and spec.kv_heads != spec.heads else 0
+    per_call_mask = spec.q_len * spec.seq_len if _rebuilds_mask(spec) else 0
+    return scores + expanded * (2 if spec.training else 1) + per_call_mask + q_side
+
+
+def _rebuilds_mask(spec: AttentionSpec) -> bool:
+    """SDPA's causal_lower_right materialises `[q_len, seq_len]` on each call where no fused CUDA kernel takes it."""
+    return spec.variant == "sdpa" and spec.mask == "causal" and spec.q_len != spec.seq_len
+
+
+def _reference(spec: AttentionSpec) -> int:
+    q_side, kv_side = _tensor_bytes(spec, 8)
+    copies = 2 * q_side + 2 * kv_side  # float64 q, k, v and the output
+    if spec.training:
+        copies += 2 * q_side + 2 * kv_side  # their gradients and the upstream gradient
+    rows = min(block_rows(spec), spec.q_len)
+    block = spec.batch * spec.heads * rows * spec.seq_len * 8
+    mask_block = rows * spec.seq_len * (spec.batch if spec.mask == "padding" else 1) * 2
+    expanded = 2 * kv_side * spec.heads // spec.kv_heads if spec.kv_heads != spec.heads else 0
+    return copies + REFERENCE_BLOCKS[spec.training] * block + mask_block + expanded
+
+
+def estimate(spec: AttentionSpec) -> MemoryEstimate:
+    """Every allocation of `prepare()`, the forwards (and backwards) and `reference()`, by stage."""
+    mask_build, mask = dense_mask_bytes(spec)
+    return MemoryEstimate(_inputs(spec), mask_build, mask, _forward(spec), _reference(spec))
