@@ -120,7 +120,7 @@ def gpu_metrics(trace: Trace) -> dict[str, Any]:
     span = steps_span(trace)
     devices = _device_ids(kernels)
     gpus = []
-    for device in sorted({d for d in devices if not np.isnan(d)}):
+    for device in np.unique(devices[~np.isnan(devices)]):
         mine = kernels[devices == device]
         gpus.append({"device": int(device), **_described(trace, device), **_device_metrics(mine, span)})
     top: dict[str, Any] = {**_described(trace, gpus[0]["device"] if gpus else None)}

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from profiling import intervals as iv
-from profiling.step_breakdown import steps_span
-from profiling.trace import LAUNCH_CATEGORIES, Trace
+from profiling.step_breakdown import launch_spans, steps_span
+from profiling.trace import Trace
 
 CONSECUTIVE_KERNEL_DELAY_US = 30.0  # HTA TraceAnalysis.get_idle_time_breakdown(consecutive_kernel_delay=30)
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -40,14 +40,6 @@ def merged_idle_us(trace: Trace) -> float | None:
         return None
     busy = iv.clip(iv.union(kernels["ts"].to_numpy(), kernels["end"].to_numpy()), *span)
     return float(span[1] - span[0]) - iv.total(busy)
-
-
-def _launch_start(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
-    """Start of the launch that caused each GPU activity, NaN where the launch is not in the trace."""
-    ev = trace.complete
-    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & ev["correlation"].notna()].drop_duplicates("correlation")
-    at = pd.Index(launches["correlation"]).get_indexer(gpu["correlation"])
-    return np.append(launches["ts"].to_numpy(), np.nan)[at]
 
 
 def _stream_keys(gpu: pd.DataFrame) -> pd.Series:
@@ -69,7 +61,7 @@ def idle_breakdown_us(trace: Trace, consecutive_kernel_delay_us: float = CONSECU
             "key": _stream_keys(gpu).to_numpy(),
             "ts": gpu["ts"].to_numpy(),
             "end": gpu["end"].to_numpy(),
-            "launch": _launch_start(trace, gpu),
+            "launch": launch_spans(trace, gpu["correlation"].to_numpy())[0],
         }
     ).sort_values(["key", "ts"], kind="stable")
     previous_end = frame.groupby("key", sort=False)["end"].shift(1)

@@ -20,6 +20,7 @@ name as well as through a `nccl:*` op's external id, since newer traces have no 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,11 +51,46 @@ class StepBreakdown:
     per_step: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+def where_value(trace: Trace, column: str, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Mask of complete events whose `column` (name or cat) satisfies `predicate`.
+
+    The predicate runs once per distinct value, not once per event: a 10M-event trace has a
+    few thousand distinct names, and per-event string matching would dominate the analysis.
+    """
+    key = f"factorized:{column}"
+    if key not in trace.cache:
+        trace.cache[key] = pd.factorize(trace.complete[column])
+    codes, uniques = trace.cache[key]
+    flags = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
+    return np.append(flags, False)[codes]  # code -1 (missing) reads the appended False
+
+
+def in_categories(trace: Trace, *categories: str) -> np.ndarray:
+    return where_value(trace, "cat", lambda c: c in categories)
+
+
+def is_step_name(name: str) -> bool:
+    return STEP_NAME.match(name) is not None
+
+
 def profiler_steps(trace: Trace) -> pd.DataFrame:
     """The host-side `ProfilerStep#N` spans, in time order (a step recorded twice counts once)."""
-    ev = trace.complete
-    steps = ev[ev["cat"].isin(("user_annotation", "cpu_op")) & ev["name"].str.match(STEP_NAME.pattern)]
+    mask = in_categories(trace, "user_annotation", "cpu_op") & where_value(trace, "name", is_step_name)
+    steps = trace.complete[mask]
     return steps.drop_duplicates(["name", "ts"]).sort_values("ts", kind="stable")
+
+
+def launch_spans(trace: Trace, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of the host launch with each correlation id (the first one), NaN where none."""
+    ev = trace.complete
+    mask = in_categories(trace, *LAUNCH_CATEGORIES) & ev["correlation"].notna().to_numpy()
+    ids = ev["correlation"].to_numpy()[mask]
+    ids, first = np.unique(ids, return_index=True)
+    at = pd.Index(ids).get_indexer(correlation)
+    # A sentinel NaN stands for "no launch found" (get_indexer's -1).
+    starts = np.append(ev["ts"].to_numpy()[mask][first], np.nan)
+    ends = np.append(ev["end"].to_numpy()[mask][first], np.nan)
+    return starts[at], ends[at]
 
 
 def _launched_activity(trace: Trace) -> pd.DataFrame:
@@ -64,14 +100,8 @@ def _launched_activity(trace: Trace) -> pd.DataFrame:
     the backward pass launches from the autograd thread. A trace file holds one process, and
     Kineto sometimes gives the step another pid than the ops (tests/data/triton_driver_launch).
     """
-    ev = trace.complete
-    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & ev["correlation"].notna()]
-    launches = launches.drop_duplicates("correlation")
     gpu = trace.gpu_activity
-    at = pd.Index(launches["correlation"]).get_indexer(gpu["correlation"])
-    # A sentinel row of NaN stands for "no launch found" (get_indexer's -1).
-    launch_start = np.append(launches["ts"].to_numpy(), np.nan)[at]
-    launch_end = np.append(launches["end"].to_numpy(), np.nan)[at]
+    launch_start, launch_end = launch_spans(trace, gpu["correlation"].to_numpy())
     return pd.DataFrame(
         {
             "start": gpu["ts"].to_numpy(),
@@ -164,27 +194,30 @@ def steps_span(trace: Trace) -> tuple[float, float] | None:
     return float(ev["ts"].min()), float(ev["end"].max())
 
 
+def _is_dataloader(name: str) -> bool:
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
+        "enumerate(DataPipe)#"
+    )
+
+
 def _role_masks(trace: Trace) -> dict[str, np.ndarray]:
     """StepParser._parse_step: which complete events play which role."""
     ev = trace.complete
-    cat, name = ev["cat"], ev["name"]
-    cpu = cat.isin(CPU_CATEGORIES) & ~name.str.match(STEP_NAME.pattern)
-    dataloader = cat.isin(("cpu_op", "user_annotation")) & (
-        (name.str.startswith("enumerate(DataLoader)#") & name.str.endswith(".__next__"))
-        | name.str.startswith("enumerate(DataPipe)#")
-    )
-    communication_ops = cpu & ~dataloader & name.isin(COMMUNICATION_OPS)
-    op_ids = ev.loc[communication_ops, "external_id"].dropna().unique()
-    is_kernel = cat.eq("kernel")
-    nccl_kernel = is_kernel & (name.str.contains("nccl", case=False) | ev["external_id"].isin(op_ids))
+    cpu = in_categories(trace, *CPU_CATEGORIES) & ~where_value(trace, "name", is_step_name)
+    dataloader = in_categories(trace, "cpu_op", "user_annotation") & where_value(trace, "name", _is_dataloader)
+    communication_ops = cpu & ~dataloader & where_value(trace, "name", COMMUNICATION_OPS.__contains__)
+    op_ids = ev["external_id"].to_numpy()[communication_ops]
+    is_kernel = in_categories(trace, "kernel")
+    by_name = where_value(trace, "name", lambda n: "nccl" in n.lower())
+    nccl_kernel = is_kernel & (by_name | ev["external_id"].isin(op_ids[~np.isnan(op_ids)]).to_numpy())
     return {
-        "kernel": (is_kernel & ~nccl_kernel).to_numpy(),
-        "memcpy": cat.eq("gpu_memcpy").to_numpy(),
-        "memset": cat.eq("gpu_memset").to_numpy(),
-        "communication": (nccl_kernel | communication_ops).to_numpy(),
-        "runtime": cat.isin(LAUNCH_CATEGORIES).to_numpy(),
-        "dataloader": dataloader.to_numpy(),
-        "cpu_exec": (cpu & ~dataloader & ~communication_ops).to_numpy(),
+        "kernel": is_kernel & ~nccl_kernel,
+        "memcpy": in_categories(trace, "gpu_memcpy"),
+        "memset": in_categories(trace, "gpu_memset"),
+        "communication": nccl_kernel | communication_ops,
+        "runtime": in_categories(trace, *LAUNCH_CATEGORIES),
+        "dataloader": dataloader,
+        "cpu_exec": cpu & ~dataloader & ~communication_ops,
     }
 
 
