@@ -44,8 +44,7 @@ def _described(trace: Trace, device: float | None) -> dict[str, Any]:
     if not props:  # 2021 traces wrote `computeProperties` (the plugin's tests/gpu_metrics_input.json)
         listed = trace.metadata.get("computeProperties")
         props = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
-    match = [p for p in props if device is not None and p.get("id") == device] or props[:1]
-    p = match[0] if match else {}
+    p = _properties_of(props, device)
     major = p.get("computeMajor", p.get("major"))
     minor = p.get("computeMinor", p.get("minor"))
     return {
@@ -54,6 +53,15 @@ def _described(trace: Trace, device: float | None) -> dict[str, Any]:
         "compute_capability": f"{major}.{minor}" if _int_or_none(major) is not None else None,
         "sm_count": _int_or_none(p.get("numSms", p.get("multiProcessorCount"))),
     }
+
+
+def _properties_of(props: list[dict[str, Any]], device: float | None) -> dict[str, Any]:
+    """The entry for `device` (by `id`, else by position when no entry has an id); the first without a device."""
+    if device is None:
+        return props[0] if props else {}
+    if any("id" in p for p in props):
+        return next((p for p in props if p.get("id") == device), {})
+    return props[int(device)] if 0 <= device < len(props) else {}
 
 
 def _int_or_none(value: object) -> int | None:

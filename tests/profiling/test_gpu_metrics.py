@@ -199,3 +199,34 @@ def test_without_kernels_every_metric_is_null_and_the_table_keeps_its_schema():
         "achieved occupancy (%)",
         "tensor cores",
     ]
+
+
+def test_two_gpus_are_measured_apart_and_described_by_their_own_properties():
+    """Kernels on GPU 0 and GPU 1: one `gpus` entry each; the top level averages them."""
+    from profiling.trace import parse_trace
+
+    def kernel(device: int, ts: float, dur: float) -> dict:
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": ts,
+            "dur": dur,
+            "pid": device,
+            "tid": 7,
+            "args": {"device": device, "stream": 7, "blocks per SM": 2.0, "est. achieved occupancy %": 50},
+        }
+
+    document = {
+        "deviceProperties": [{"id": 0, "name": "GPU zero", "numSms": 10}, {"id": 1, "name": "GPU one", "numSms": 20}],
+        "traceEvents": [kernel(0, 0, 50), kernel(0, 25, 50), kernel(1, 0, 25), kernel(1, 75, 25)],
+    }
+    ours = gpu_metrics(parse_trace(json.dumps(document).encode()))
+    assert [(g["device"], g["gpu_name"], g["sm_count"]) for g in ours["gpus"]] == [
+        (0, "GPU zero", 10),
+        (1, "GPU one", 20),
+    ]
+    assert [g["gpu_utilization_percent"] for g in ours["gpus"]] == pytest.approx([75.0, 50.0])  # span 0..100
+    assert [g["sm_efficiency_percent"] for g in ours["gpus"]] == pytest.approx([75.0, 50.0])  # clamped to 1
+    assert ours["gpu_utilization_percent"] == pytest.approx(62.5)
+    assert ours["gpu_name"] == "GPU zero"
