@@ -26,7 +26,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 import attention
 from attention import AttentionSpec
 from bench.timing import timer_ms
-from profiling.runner import profile_attention
+from profiling.pipeline import profile_attention
 
 VARIANTS = (("naive", "auto"), ("inplace", "auto"), ("sdpa", "math"), ("sdpa", "flash"))
 

@@ -29,7 +29,8 @@ import attention
 from attention import AttentionSpec, SpecError
 from profiling.__main__ import add_shape_args, spec_from_args
 from profiling.compare import COMPARED
-from profiling.runner import RunError, profile_attention
+from profiling.pipeline import profile_attention
+from profiling.runner import RunError
 
 RUNS = COMPARED[:6]  # the blog's six: naive, in-place, SDPA math/flash/efficient/cuDNN
 TIMED_CALLS = 20

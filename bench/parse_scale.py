@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.synthetic import write_trace
-from profiling.analyze import analyze_file
+from profiling.analysis import analyze_file
 from profiling.charts import timeline
 
 BASE_STEPS = 155  # about 25,000 events
@@ -29,7 +29,7 @@ def main() -> None:
             start = time.perf_counter()
             analysis = analyze_file(path)
             parsed = time.perf_counter()
-            figure_bytes = len(timeline(analysis.trace).to_json())
+            figure_bytes = len(timeline(analysis).to_json())
             drawn = time.perf_counter()
             rows.append((scale, events, path.stat().st_size, parsed - start, drawn - parsed, figure_bytes))
     base_rate = rows[0][1] / rows[0][3]

@@ -1,4 +1,8 @@
-"""`python -m profiling {run,compare,sweep,analyze}`: the blog's scripts, headless."""
+"""`python -m profiling {run,compare,sweep,analyze}`: the blog's scripts, headless.
+
+Needs only torch and pandas (no gradio, no plotly), so it runs on a bare GPU image.
+Exit status: 0 done, 2 bad input (a message naming the field), 1 a run that started and failed.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,26 @@ import argparse
 import json
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
-from attention import BACKENDS, DEVICES, DTYPES, PRESETS, VARIANTS, AttentionSpec, SpecError
+from attention import BACKENDS, DEVICES, DTYPES, PRESETS, RUN_NAMES, VARIANTS, AttentionSpec, SpecError
 from profiling.trace import TraceError
+
+SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
+KERNEL_ROWS = 20  # kernels printed by `analyze`
+KERNEL_NAME_WIDTH = 70
+QUIET_KEYS = ("insights", "per_forward_ops", "per_forward_kernels")
+
+
+class UsageError(ValueError):
+    """Bad input outside the spec (a path): exit 2, with the field named."""
 
 
 def add_shape_args(parser: argparse.ArgumentParser, preset: str = "cpu-small", device: str = "auto") -> None:
     """The shape, dtype and device flags, defaulting to one of `attention.PRESETS`."""
     defaults = PRESETS[preset]
-    for name in ("batch", "heads", "seq_len", "head_dim"):
+    for name in SHAPE_FIELDS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name])
     parser.add_argument("--dtype", choices=tuple(DTYPES), default=defaults["dtype"])
     parser.add_argument("--device", choices=DEVICES, default=device)
@@ -32,14 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m profiling", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="profile one variant")
-    run.add_argument("--variant", choices=VARIANTS, default="naive")
+    run.add_argument("--variant", choices=tuple(VARIANTS), default="naive")
     run.add_argument("--backend", choices=BACKENDS, default="auto")
     _run_args(run)
     _run_args(sub.add_parser("compare", help="profile every variant/backend on one shape"))
     sweep = sub.add_parser("sweep", help="profile variants over seq_len values")
     _run_args(sweep)
     sweep.add_argument(
-        "--variants", default="naive,sdpa-math,sdpa-flash", help="comma list: naive, inplace, sdpa-<backend>, flex"
+        "--variants", default="naive,sdpa-math,sdpa-flash", help=f"comma list of: {', '.join(RUN_NAMES)}"
     )
     sweep.add_argument("--seq-lens", default="128,256,512,1024", help="comma list of seq_len values")
     analyze = sub.add_parser("analyze", help="analyze a Chrome trace (.json or .json.gz)")
@@ -48,46 +62,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_variants(text: str) -> list[tuple[str, str]]:
-    """`naive,sdpa-flash` -> [("naive", "auto"), ("sdpa", "flash")]."""
-    out = []
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        variant, _, backend = item.partition("-")
-        if variant not in VARIANTS or (backend and backend not in BACKENDS):
-            raise SpecError("variants", f"{item!r} is not one of naive, inplace, flex, sdpa-<{'|'.join(BACKENDS)}>")
-        out.append((variant, backend or "auto"))
-    if not out:
-        raise SpecError("variants", "give at least one variant")
-    return out
-
-
-def parse_seq_lens(text: str) -> list[int]:
-    """`128,256` -> [128, 256]; each value is then checked by the spec like any seq_len."""
-    try:
-        values = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise SpecError("seq_lens", f"must be a comma list of whole numbers, got {text!r}") from None
-    if not values:
-        raise SpecError("seq_lens", "give at least one seq_len, e.g. 128,256,512")
-    return values
-
-
 def spec_from_args(args: argparse.Namespace, **extra: Any) -> AttentionSpec:
     """The spec the shape flags describe (plus `extra` fields such as variant and backend)."""
-    fields = ("batch", "heads", "seq_len", "head_dim", "dtype", "device", "compile")
+    fields = (*SHAPE_FIELDS, "dtype", "device", "compile")
     return AttentionSpec(**{f: getattr(args, f) for f in fields if hasattr(args, f)}, **extra)
+
+
+def trace_dir(args: argparse.Namespace) -> str:
+    """`--trace-dir`, created and checked writable, or a fresh temporary folder."""
+    if not args.trace_dir:
+        return tempfile.mkdtemp(prefix="attention-profiler-")
+    path = Path(args.trace_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"trace-dir: cannot write to {path} ({exc.strerror or exc})") from None
+    return str(path)
 
 
 def _print(summary: Any, as_json: bool) -> None:
     if as_json:
         print(json.dumps(summary, indent=2, default=str))
         return
-    rows = summary if isinstance(summary, list) else [summary]
-    for row in rows:
+    for row in summary if isinstance(summary, list) else [summary]:
         for key, value in row.items():
-            if key in ("insights", "per_forward_ops", "per_forward_kernels"):
-                continue
-            print(f"{key:>26}: {value}")
+            if key not in QUIET_KEYS:
+                print(f"{key:>26}: {value}")
         for text in row.get("insights", []):
             print(f"  - {text}")
         print()
@@ -97,47 +99,57 @@ def _progress(fraction: float, message: str) -> None:
     print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
 
 
+def _run(args: argparse.Namespace) -> None:
+    from profiling.pipeline import profile_attention
+
+    spec = spec_from_args(args, variant=args.variant, backend=args.backend)
+    result = profile_attention(spec, trace_dir(args))
+    _print(dict(result.summary), args.json)
+    if not args.json:
+        print(f"trace: {result.trace_path}\ntable: {result.table_path}")
+        if len(result.kernel_table):
+            columns = ["name", "per forward", "total (us)", "meaning"]
+            print(result.kernel_table[columns].to_string(max_colwidth=KERNEL_NAME_WIDTH))
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from profiling.compare import compare, compare_table
+
+    rows = compare(spec_from_args(args), trace_dir(args), progress=_progress)
+    if args.json:
+        _print(rows, True)
+    else:
+        print(compare_table(rows).drop(columns="what the trace revealed").to_string(index=False))
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    from attention import parse_runs, parse_seq_lens
+    from profiling.sweep import sweep
+
+    runs, seq_lens = parse_runs(args.variants), parse_seq_lens(args.seq_lens)
+    _print(sweep(spec_from_args(args), runs, seq_lens, trace_dir(args), progress=_progress), args.json)
+
+
+def _analyze(args: argparse.Namespace) -> None:
+    from profiling.analysis import analyze_file
+
+    if Path(args.trace).is_dir():
+        raise UsageError(f"trace: {args.trace} is a directory; give a .json or .json.gz file")
+    analysis = analyze_file(args.trace, progress=_progress)
+    _print(dict(analysis.summary), args.json)
+    if not args.json and len(analysis.kernel_table):
+        columns = ["name", "count", "total (us)", "meaning"]
+        print(analysis.kernel_table[columns].head(KERNEL_ROWS).to_string(max_colwidth=KERNEL_NAME_WIDTH))
+
+
+COMMANDS = {"run": _run, "compare": _compare, "sweep": _sweep, "analyze": _analyze}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    trace_dir = getattr(args, "trace_dir", None) or tempfile.mkdtemp(prefix="attention-profiler-")
     try:
-        if args.command == "run":
-            from profiling.runner import profile_attention
-
-            result = profile_attention(spec_from_args(args, variant=args.variant, backend=args.backend), trace_dir)
-            _print(result.summary, args.json)
-            if not args.json:
-                print(f"trace: {result.trace_path}\ntable: {result.table_path}")
-                if result.kernel_table.shape[0]:
-                    print(
-                        result.kernel_table[["name", "per forward", "total (us)", "meaning"]].to_string(max_colwidth=70)
-                    )
-        elif args.command == "compare":
-            from profiling.compare import compare, compare_table
-
-            rows, _ = compare(spec_from_args(args), trace_dir, progress=_progress)
-            if args.json:
-                _print(rows, True)
-            else:
-                print(compare_table(rows).drop(columns="what the trace revealed").to_string(index=False))
-        elif args.command == "sweep":
-            from profiling.sweep import sweep
-
-            variants, seq_lens = parse_variants(args.variants), parse_seq_lens(args.seq_lens)
-            rows = sweep(spec_from_args(args), variants, seq_lens, trace_dir, progress=_progress)
-            _print(rows, args.json)
-        else:
-            from profiling.analyze import analyze_file
-
-            analysis = analyze_file(args.trace)
-            _print(analysis.summary, args.json)
-            if not args.json and len(analysis.kernel_table):
-                print(
-                    analysis.kernel_table[["name", "count", "total (us)", "meaning"]]
-                    .head(20)
-                    .to_string(max_colwidth=60)
-                )
-    except (SpecError, TraceError) as exc:
+        COMMANDS[args.command](args)
+    except (SpecError, TraceError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:  # RunError and friends: the run started and failed

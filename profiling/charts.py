@@ -7,6 +7,7 @@ and time bucket are merged into one bar, and the title says how many were merged
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import numpy as np
@@ -14,15 +15,21 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from profiling.analysis import Analysis
 from profiling.kernels import decode
 from profiling.structure import structure
-from profiling.trace import GPU_ACTIVITY, Trace
-from profiling.windows import FORWARD, window_stats
+from profiling.trace import GPU_ACTIVITY
+from profiling.windows import FORWARD
 
 MAX_BARS = 3000
 MAX_DEPTH = 6  # deeper CPU ops fold into the last row of their lane
 MAX_MARKS = 40  # window/step shading shapes
 MIN_WIDTH_FRACTION = 2000  # the narrowest bar is this fraction of the whole span
+HOVER_NAME = 120  # characters of a name in hover text
+HOVER_SHAPES = 120
+HOVER_MEANING = 160
+MERGED_NAME = 80
+FOCUS_PAD = 0.05  # of the first forward's span, on each side
 COLORS = {
     "user_annotation": "#9e9e9e",
     "cpu_op": "#4c78a8",
@@ -37,18 +44,28 @@ COLORS = {
 OTHER_COLOR = "#bbbbbb"
 
 
+def text(value: Any, limit: int) -> str:
+    """A trace's string as plotly text: cut, then HTML-escaped (plotly renders a subset of HTML).
+
+    `foo<float>` shows as written; a name carrying `<a href=…>` shows as characters, not a link.
+    """
+    raw = str(value)
+    return html.escape(raw if len(raw) <= limit else raw[: limit - 1] + "…")
+
+
 def _hover(row: Any) -> str:
-    text = f"<b>{str(row.name)[:120]}</b><br>{row.cat} · {row.dur:.1f} µs"
+    hover = f"<b>{text(row.name, HOVER_NAME)}</b><br>{text(row.cat, HOVER_NAME)} · {row.dur:.1f} µs"
     if isinstance(row.input_dims, list) and row.input_dims:
-        text += f"<br>shapes: {str(row.input_dims)[:120]}"
+        hover += f"<br>shapes: {text(row.input_dims, HOVER_SHAPES)}"
     if row.cat == "kernel":
-        text += (
-            f"<br>grid {row.grid} block {row.block} · {row.registers:.0f} regs/thread"
-            f" · occupancy {row.occupancy:.0f}%<br>{decode(str(row.name)).summary[:160]}"
+        hover += (
+            f"<br>grid {text(row.grid, HOVER_SHAPES)} block {text(row.block, HOVER_SHAPES)} · "
+            f"{row.registers:.0f} regs/thread · occupancy {row.occupancy:.0f}%"
+            f"<br>{text(decode(str(row.name)).summary, HOVER_MEANING)}"
         )
     if row.cat == "gpu_memcpy" and row.bytes == row.bytes:
-        text += f"<br>{row.bytes:.0f} bytes"
-    return text
+        hover += f"<br>{row.bytes:.0f} bytes"
+    return hover
 
 
 def _lanes(events: pd.DataFrame) -> tuple[pd.Series, list[tuple[str, int]]]:
@@ -59,7 +76,8 @@ def _lanes(events: pd.DataFrame) -> tuple[pd.Series, list[tuple[str, int]]]:
     """
     gpu_pids = set(events.loc[events["cat"].isin(GPU_ACTIVITY), "pid"])
     on_gpu = events["pid"].isin(gpu_pids)
-    label = np.where(on_gpu, "GPU " + events["pid"] + " stream " + events["tid"], "CPU thread " + events["tid"])
+    pid, tid = events["pid"].map(lambda v: text(v, HOVER_NAME)), events["tid"].map(lambda v: text(v, HOVER_NAME))
+    label = np.where(on_gpu, "GPU " + pid + " stream " + tid, "CPU thread " + tid)
     label = pd.Series(label, index=events.index)
     rows = events.groupby(label)["depth"].max().clip(upper=MAX_DEPTH)
     order = sorted(rows.index, key=lambda lane: (lane.startswith("GPU"), lane))
@@ -92,11 +110,11 @@ def _merge(events: pd.DataFrame, max_bars: int) -> tuple[pd.DataFrame, int]:
     return merged, int(len(events) - len(merged))
 
 
-def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go.Figure:
-    """CPU and GPU lanes, colour by category, the first `focus` window in view at first."""
+def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
+    """CPU and GPU lanes, colour by category, the first forward (and its GPU work) in view at first."""
+    trace = analysis.trace
     ev = trace.complete
-    s = structure(trace)
-    ev = ev.assign(depth=np.clip(s.depth[ev.index], 0, MAX_DEPTH))
+    ev = ev.assign(depth=np.clip(structure(trace).depth[ev.index], 0, MAX_DEPTH))
     # "Trace" is the profiler's own span over everything: it would only hide the rest.
     ev = ev[(ev["name"] != "") & (ev["cat"] != "Trace")]
     fig = go.Figure()
@@ -104,21 +122,45 @@ def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go
         fig.update_layout(title="No timed events in this trace")
         return fig
     t0 = float(ev["ts"].min())
-    # Microsecond kernels in a seconds-long trace would be invisible: draw at least a sliver
-    # (hover still gives the true duration).
-    min_width = max(1e-3, float(ev["end"].max() - t0) / MIN_WIDTH_FRACTION)
     label, lanes = _lanes(ev)
     ev = ev.assign(lane=label)
-    base_row, ticks = {}, []
-    row = 0
-    for lane, depth in lanes:
-        base_row[lane] = row
-        ticks.append((row, lane))
-        row += depth + 1  # a blank row between lanes
+    base_row, ticks, rows = _lane_rows(lanes)
     # Draw the longest first: with a bar budget, long bars are what a reader needs to see.
     ev = ev.sort_values("dur", ascending=False)
     drawn, merged = _merge(ev, max_bars)
     drawn = drawn.assign(y=drawn["lane"].map(base_row) + drawn["depth"])
+    # Microsecond kernels in a seconds-long trace would be invisible: draw at least a sliver
+    # (hover still gives the true duration).
+    min_width = max(1e-3, float(ev["end"].max() - t0) / MIN_WIDTH_FRACTION)
+    _add_bars(fig, drawn, _hovers(ev, drawn, merged), t0, min_width)
+    _mark_windows(fig, analysis, t0)
+    title = f"{text(trace.source, HOVER_NAME)}: {len(ev):,} events"
+    if merged:
+        title += f" ({merged:,} merged into {len(drawn):,} bars to stay responsive; the tables keep every event)"
+    fig.update_layout(
+        title=title,
+        barmode="overlay",
+        xaxis_title="time since trace start (ms)",
+        yaxis=dict(tickvals=[t for t, _ in ticks], ticktext=[n for _, n in ticks], autorange="reversed"),
+        height=max(360, 28 * rows + 140),
+        legend=dict(title="category", orientation="h", yanchor="bottom", y=1.0, x=0),
+        margin=dict(l=10, r=10, t=90, b=40),
+    )
+    _focus_first_forward(fig, analysis, t0)
+    return fig
+
+
+def _lane_rows(lanes: list[tuple[str, int]]) -> tuple[dict[str, int], list[tuple[int, str]], int]:
+    """Each lane's first row, the axis ticks, and the rows in all (a blank row between lanes)."""
+    base_row, ticks, row = {}, [], 0
+    for lane, depth in lanes:
+        base_row[lane] = row
+        ticks.append((row, lane))
+        row += depth + 1
+    return base_row, ticks, row
+
+
+def _hovers(ev: pd.DataFrame, drawn: pd.DataFrame, merged: int) -> pd.Series:
     exact = drawn["merged"] == 1
     hover = pd.Series("", index=drawn.index)
     if exact.any():
@@ -126,20 +168,24 @@ def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go
             [_hover(r) for r in ev.loc[drawn.index[exact]].itertuples()]
             if merged == 0
             else [
-                f"<b>{str(n)[:120]}</b><br>{c} · {d:.1f} µs"
-                for n, c, d in zip(drawn["name"][exact], drawn["cat"][exact], drawn["dur"][exact], strict=False)
+                f"<b>{text(n, HOVER_NAME)}</b><br>{text(c, HOVER_NAME)} · {d:.1f} µs"
+                for n, c, d in zip(drawn["name"][exact], drawn["cat"][exact], drawn["dur"][exact], strict=True)
             ]
         )
     hover[~exact] = [
-        f"<b>{k} events merged</b> (first: {str(n)[:80]})<br>{c} · {d:.1f} µs busy"
+        f"<b>{k} events merged</b> (first: {text(n, MERGED_NAME)})<br>{text(c, HOVER_NAME)} · {d:.1f} µs busy"
         for k, n, c, d in zip(
-            drawn["merged"][~exact], drawn["name"][~exact], drawn["cat"][~exact], drawn["dur"][~exact], strict=False
+            drawn["merged"][~exact], drawn["name"][~exact], drawn["cat"][~exact], drawn["dur"][~exact], strict=True
         )
     ]
+    return hover
+
+
+def _add_bars(fig: go.Figure, drawn: pd.DataFrame, hover: pd.Series, t0: float, min_width: float) -> None:
     for cat, group in drawn.groupby("cat", sort=False):
         fig.add_trace(
             go.Bar(
-                name=str(cat) or "other",
+                name=text(cat, HOVER_NAME) or "other",
                 base=((group["ts"] - t0) / 1e3).round(4).tolist(),
                 x=((group["end"] - group["ts"]).clip(lower=min_width) / 1e3).round(4).tolist(),
                 y=group["y"].tolist(),
@@ -150,36 +196,24 @@ def timeline(trace: Trace, max_bars: int = MAX_BARS, focus: str = FORWARD) -> go
                 width=0.8,
             )
         )
-    _mark_windows(fig, trace, t0)
-    windows = trace.complete[(trace.complete["cat"] == "user_annotation") & (trace.complete["name"] == focus)]
-    title = f"{trace.source}: {len(ev):,} events"
-    if merged:
-        title += f" ({merged:,} merged into {len(drawn):,} bars to stay responsive; the tables keep every event)"
-    fig.update_layout(
-        title=title,
-        barmode="overlay",
-        xaxis_title="time since trace start (ms)",
-        yaxis=dict(tickvals=[t for t, _ in ticks], ticktext=[n for _, n in ticks], autorange="reversed"),
-        height=max(360, 28 * row + 140),
-        legend=dict(title="category", orientation="h", yanchor="bottom", y=1.0, x=0),
-        margin=dict(l=10, r=10, t=90, b=40),
-    )
-    if len(windows):
-        first = windows.sort_values("ts").iloc[0]
-        # Kernels run after their launches: keep the first forward's GPU work in view too.
-        launched = window_stats(trace, focus).gpu
-        stop = max(first["end"], launched.loc[launched["window"] == 0, "end"].max() if len(launched) else first["end"])
-        pad = 0.05 * (stop - first["ts"])
-        fig.update_xaxes(range=[(first["ts"] - t0 - pad) / 1e3, (stop - t0 + pad) / 1e3])
-    return fig
 
 
-def _mark_windows(fig: go.Figure, trace: Trace, t0: float) -> None:
+def _focus_first_forward(fig: go.Figure, analysis: Analysis, t0: float) -> None:
+    forwards = analysis.forwards
+    if forwards is None or forwards.windows.empty:
+        return
+    first = forwards.windows.iloc[0]
+    # Kernels run after their launches: keep the first forward's GPU work in view too.
+    launched = forwards.gpu.loc[forwards.gpu["window"] == 0, "end"] if len(forwards.gpu) else pd.Series(dtype=float)
+    stop = max(first["end"], launched.max()) if len(launched) else first["end"]
+    pad = FOCUS_PAD * (stop - first["ts"])
+    fig.update_xaxes(range=[(first["ts"] - t0 - pad) / 1e3, (stop - t0 + pad) / 1e3])
+
+
+def _mark_windows(fig: go.Figure, analysis: Analysis, t0: float) -> None:
     """Shade `attn_fwd` windows and outline profiler steps (a bounded number of shapes)."""
-    ann = trace.complete[trace.complete["cat"] == "user_annotation"]
-    forwards = ann[ann["name"] == FORWARD].head(MAX_MARKS)
-    steps = ann[ann["name"].str.startswith("ProfilerStep#")].head(MAX_MARKS)
-    for r in forwards.itertuples():
+    forwards = analysis.forwards.windows.head(MAX_MARKS) if analysis.forwards else []
+    for r in forwards.itertuples() if len(forwards) else ():
         fig.add_vrect(
             x0=(r.ts - t0) / 1e3,
             x1=(r.end - t0) / 1e3,
@@ -189,12 +223,12 @@ def _mark_windows(fig: go.Figure, trace: Trace, t0: float) -> None:
             annotation_text=FORWARD,
             annotation_position="top left",
         )
-    for r in steps.itertuples():
+    for r in analysis.step_windows.head(MAX_MARKS).itertuples():
         fig.add_vline(
             x=(r.ts - t0) / 1e3,
             line_dash="dot",
             line_color="#616161",
-            annotation_text=str(r.name),
+            annotation_text=text(r.name, HOVER_NAME),
             annotation_position="bottom right",
         )
 
@@ -208,10 +242,10 @@ COMPARED_METRICS = (
 
 def compare_chart(rows: list[dict[str, Any]]) -> go.Figure:
     """Grouped bars, one group per run: forward time, kernels and peak memory, relative to naive."""
-    from profiling.compare import forward_ms, run_label
+    from profiling.compare import forward_ms, row_label
 
     ok = [r for r in rows if "error" not in r]
-    labels = [run_label(r) for r in ok]
+    labels = [row_label(r) for r in ok]
     values = {
         "forward time": [forward_ms(r) for r in ok],
         "kernels per forward": [r["kernels_per_forward"] for r in ok],

@@ -7,20 +7,10 @@ from typing import Any
 
 import pandas as pd
 
-from attention import AttentionSpec, SpecError
-from profiling.runner import Progress, RunError, RunResult, profile_attention
+from attention import RUNS, AttentionSpec, SpecError, run_label
+from profiling.pipeline import profile_attention
+from profiling.runner import Deadline, Progress, RunError
 
-# The blog's six variants, then what came after it.
-COMPARED: tuple[tuple[str, str], ...] = (
-    ("naive", "auto"),
-    ("inplace", "auto"),
-    ("sdpa", "math"),
-    ("sdpa", "flash"),
-    ("sdpa", "efficient"),
-    ("sdpa", "cudnn"),
-    ("flex", "auto"),
-    ("hub_flash", "auto"),
-)
 COMPARE_COLUMNS = [
     "run",
     "kernels/forward",
@@ -46,31 +36,29 @@ def compare(
     base: AttentionSpec,
     trace_dir: str | Path,
     progress: Progress | None = None,
-    variants: tuple[tuple[str, str], ...] = COMPARED,
+    runs: tuple[tuple[str, str], ...] = RUNS,
     time_limit_s: float | None = None,
-) -> tuple[list[dict[str, Any]], list[RunResult]]:
+) -> list[dict[str, Any]]:
     """Run each (variant, backend) on `base`'s shape. A row that cannot run carries `error`.
 
-    `time_limit_s` bounds each run, not the whole comparison.
+    `time_limit_s` bounds the whole comparison: each run gets what the ones before it left.
     """
     report = progress or (lambda fraction, message: None)
+    deadline = Deadline(time_limit_s)
     rows: list[dict[str, Any]] = []
-    results: list[RunResult] = []
-    for i, (variant, backend) in enumerate(variants):
+    for i, (variant, backend) in enumerate(runs):
 
-        def step(fraction: float, message: str, i: int = i, label: str = f"{variant}/{backend}") -> None:
-            report((i + fraction) / len(variants), f"{label}: {message}")
+        def step(fraction: float, message: str, i: int = i, label: str = run_label(variant, backend)) -> None:
+            report((i + fraction) / len(runs), f"{label}: {message}")
 
         try:
+            deadline.check("compare")
             spec = base.replace(variant=variant, backend=backend)
-            result = profile_attention(spec, trace_dir, progress=step, time_limit_s=time_limit_s)
+            rows.append(dict(profile_attention(spec, trace_dir, step, deadline.remaining_s()).summary))
         except (SpecError, RunError) as exc:
             rows.append({"variant": variant, "backend": backend, "device": base.device, "error": str(exc)})
-            continue
-        rows.append(result.summary)
-        results.append(result)
     _add_speedups(rows)
-    return rows, results
+    return rows
 
 
 def _add_speedups(rows: list[dict[str, Any]]) -> None:
@@ -80,9 +68,9 @@ def _add_speedups(rows: list[dict[str, Any]]) -> None:
         row["speedup_vs_naive"] = round(naive / ms, 3) if naive and ms else None
 
 
-def run_label(row: dict[str, Any]) -> str:
-    label = f"sdpa-{row['backend']}" if row.get("variant") == "sdpa" else str(row.get("variant"))
-    return label + ("+compile" if row.get("compile") else "")
+def row_label(row: dict[str, Any]) -> str:
+    """The run's short name, from a summary or an error row."""
+    return run_label(str(row.get("variant")), str(row.get("backend", "auto")), bool(row.get("compile")))
 
 
 def compare_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -90,11 +78,11 @@ def compare_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     records = []
     for r in rows:
         if "error" in r:
-            records.append([run_label(r), *[None] * (len(COMPARE_COLUMNS) - 2), f"unavailable: {r['error']}"])
+            records.append([row_label(r), *[None] * (len(COMPARE_COLUMNS) - 2), f"unavailable: {r['error']}"])
             continue
         records.append(
             [
-                run_label(r),
+                row_label(r),
                 r["kernels_per_forward"],
                 r["forward_cpu_ms"],
                 r.get("forward_unprofiled_ms"),

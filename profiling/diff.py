@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
 
-from profiling.compare import forward_ms, run_label
+from profiling.compare import forward_ms
 
 DIFF_COLUMNS = ["kind", "name", "before", "after", "change", "status"]
+COUNT_KEYS = ("per_forward_ops", "per_forward_kernels")
+TOTAL_KEYS = ("kernels_per_forward", "ops_per_forward", "peak_memory_bytes", "copied_bytes_per_forward")
+DIGITS = 4
+
+
+class DiffError(ValueError):
+    """Two summaries that cannot be compared; the message names the field."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_summary(field: str, summary: Any) -> dict[str, Any]:
+    """`summary` if it looks like one from /profile or /compare: finite numbers where numbers go."""
+    if not isinstance(summary, dict) or "per_forward_ops" not in summary:
+        raise DiffError(f"{field}: give a summary returned by /profile or /compare")
+    for key in COUNT_KEYS:
+        counts = summary.get(key, {})
+        if not isinstance(counts, dict) or not all(isinstance(k, str) and _number(v) for k, v in counts.items()):
+            raise DiffError(f"{field}: {key} must map names to finite numbers")
+    for key in TOTAL_KEYS:
+        if summary.get(key) is not None and not _number(summary[key]):
+            raise DiffError(f"{field}: {key} must be a finite number or null")
+    return summary
 
 
 def _rows(kind: str, before: dict[str, float], after: dict[str, float]) -> list[list[Any]]:
@@ -24,13 +50,14 @@ def _rows(kind: str, before: dict[str, float], after: dict[str, float]) -> list[
 
 def diff_summaries(before: dict[str, Any], after: dict[str, Any]) -> pd.DataFrame:
     """Rows for each op/kernel whose per-forward count changed, then time, memory and copies."""
+    before, after = check_summary("before", before), check_summary("after", after)
     kernel_kind = "kernel" if before.get("device") == "cuda" else "compute op"
     rows = _rows("op", before.get("per_forward_ops", {}), after.get("per_forward_ops", {}))
     rows += _rows(kernel_kind, before.get("per_forward_kernels", {}), after.get("per_forward_kernels", {}))
     totals = [
         ("kernels per forward", before.get("kernels_per_forward"), after.get("kernels_per_forward")),
         ("ops per forward", before.get("ops_per_forward"), after.get("ops_per_forward")),
-        ("forward time (ms)", forward_ms(before), forward_ms(after)),
+        ("forward time (ms)", _time(before), _time(after)),
         ("peak memory (bytes)", before.get("peak_memory_bytes"), after.get("peak_memory_bytes")),
         (
             "copied bytes per forward",
@@ -41,9 +68,10 @@ def diff_summaries(before: dict[str, Any], after: dict[str, Any]) -> pd.DataFram
     for name, a, b in totals:
         if a is None or b is None:
             continue
-        rows.append(["total", name, a, b, round(b - a, 4), "same" if a == b else "changed"])
+        rows.append(["total", name, a, b, round(b - a, DIGITS), "same" if a == b else "changed"])
     return pd.DataFrame(rows, columns=DIFF_COLUMNS)
 
 
-def diff_title(before: dict[str, Any], after: dict[str, Any]) -> str:
-    return f"{run_label(before)} → {run_label(after)}"
+def _time(summary: dict[str, Any]) -> float | None:
+    ms = forward_ms(summary)
+    return ms if _number(ms) else None

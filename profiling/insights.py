@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiling import intervals as iv
 from profiling.kernels import decode
 from profiling.occupancy import theoretical_occupancy
 from profiling.trace import LAUNCH_CATEGORIES, Trace
@@ -28,13 +29,32 @@ FUSED_OP_HINTS = ("flash", "efficient", "cudnn", "flex_attention", "_fused_")
 LOW_OCCUPANCY_PERCENT = 25
 PROFILER_OVERHEAD_NOTICE = 0.15  # say so when the profiler adds more than this share
 ATTENTION_FAMILIES = ("flash-attention", "efficient-attention", "cudnn-attention")
+NAME_IN_PROSE = 120  # characters of a trace's name quoted in a sentence
+NAME_IN_LIST = 60  # ... in a list of several
+MAX_NAMES_IN_PROSE = 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule found: a short title, the evidence in words, and the numbers behind it."""
+
+    title: str
+    detail: str
+    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Insight:
+    """A finding with the name of the rule (from `RULES`) that made it. Plain text, never markup."""
+
     rule: str
-    text: str
+    title: str
+    detail: str
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return f"{self.title}: {self.detail}"
 
 
 @dataclass
@@ -89,19 +109,22 @@ def _tensor_bytes(dims: Any, types: Any) -> int:
     return int(math.prod(dims[0])) * itemsize
 
 
-def hidden_copy(ev: Evidence) -> Insight | None:
+def short(name: Any, limit: int = NAME_IN_PROSE) -> str:
+    """A trace's name cut for prose: real CUTLASS names pass 1 kB, hostile ones 100 kB."""
+    text = str(name)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def hidden_copy(ev: Evidence) -> Finding | None:
     """An out-of-place op copied a whole tensor inside the forward."""
     gpu = ev.scope.gpu
     copies = gpu[gpu["name"].str.startswith("Memcpy DtoD")] if len(gpu) else gpu
     if len(copies):
         per_bytes = float(copies["bytes"].fillna(0).sum()) / ev.per
-        text = (
-            f"Hidden copy: {len(copies) / ev.per:g} Memcpy DtoD {ev.unit} move {_fmt_bytes(per_bytes)} "
-            "(an out-of-place op such as masked_fill cloned its input). Use the in-place masked_fill_ to remove it."
-        )
-        return Insight(
-            "hidden_copy",
-            text,
+        return Finding(
+            "Hidden copy",
+            f"{len(copies) / ev.per:g} Memcpy DtoD {ev.unit} move {_fmt_bytes(per_bytes)} (an out-of-place op such "
+            "as masked_fill cloned its input). Use the in-place masked_fill_ to remove it.",
             {"kernel": "Memcpy DtoD", "per_forward": len(copies) / ev.per, "bytes_per_forward": per_bytes},
         )
     clones = ev.ops_named("aten::clone")
@@ -115,56 +138,47 @@ def hidden_copy(ev: Evidence) -> Insight | None:
         if "aten::masked_fill" in callers
         else "; an in-place version of the caller would remove it"
     )
-    return Insight(
-        "hidden_copy",
-        f"Hidden copy: aten::clone runs {len(clones) / ev.per:g}x {ev.unit} and copies {_fmt_bytes(per_bytes)}, "
-        f"called by {', '.join(callers) or 'the forward'} (out of place){fix}.",
+    named = ", ".join(short(c) for c in callers[:MAX_NAMES_IN_PROSE]) or "the forward"
+    return Finding(
+        "Hidden copy",
+        f"aten::clone runs {len(clones) / ev.per:g}x {ev.unit} and copies {_fmt_bytes(per_bytes)}, "
+        f"called by {named} (out of place){fix}.",
         {"op": "aten::clone", "callers": callers, "per_forward": len(clones) / ev.per, "bytes_per_forward": per_bytes},
     )
 
 
-def mask_rebuilt(ev: Evidence) -> Insight | None:
+def mask_rebuilt(ev: Evidence) -> Finding | None:
     """SDPA math (or any forward) building a causal mask on every call."""
-    tril_kernels = (
-        ev.scope.gpu[ev.scope.gpu["name"].str.contains("triu_tril", regex=False)] if len(ev.scope.gpu) else ev.scope.gpu
-    )
+    gpu = ev.scope.gpu
+    tril_kernels = gpu[gpu["name"].str.contains("triu_tril", regex=False)] if len(gpu) else gpu
     if not (ev.has_op("aten::tril") or ev.has_op("aten::triu") or len(tril_kernels)):
         return None
     ops = ev.ops_named(*MASK_OPS)
     counts = (ops["name"].value_counts() / ev.per).round(2).to_dict()
-    return Insight(
-        "mask_rebuilt",
-        f"Mask rebuilt per call: {len(ops) / ev.per:g} mask ops {ev.unit} ({', '.join(counts)}) build the causal "
-        "mask inside the forward. is_causal did not remove the work, it moved it.",
+    return Finding(
+        "Mask rebuilt per call",
+        f"{len(ops) / ev.per:g} mask ops {ev.unit} ({', '.join(counts)}) build the causal mask inside the forward. "
+        "is_causal did not remove the work, it moved it.",
         {"ops_per_forward": counts, "kernels_per_forward": len(tril_kernels) / ev.per},
     )
 
 
-def safe_softmax(ev: Evidence) -> Insight | None:
+def safe_softmax(ev: Evidence) -> Finding | None:
     if not ev.has_op("aten::_safe_softmax"):
         return None
     guards = ev.ops_named(*SAFE_SOFTMAX_GUARDS)
-    return Insight(
-        "safe_softmax",
-        "Safe softmax: aten::_safe_softmax checks each row for all -inf (isneginf, all, where) so that a fully "
-        f"masked row gives 0 instead of NaN; that guard costs {len(guards) / ev.per:g} extra ops {ev.unit}.",
+    return Finding(
+        "Safe softmax",
+        "aten::_safe_softmax checks each row for all -inf (isneginf, all, where) so that a fully masked row gives 0 "
+        f"instead of NaN; that guard costs {len(guards) / ev.per:g} extra ops {ev.unit}.",
         {"op": "aten::_safe_softmax", "guard_ops_per_forward": len(guards) / ev.per},
     )
 
 
-def fp32_upcast(ev: Evidence) -> Insight | None:
+def fp32_upcast(ev: Evidence) -> Finding | None:
     """Low-precision inputs computed in float32: no tensor cores on a GPU."""
-    if ev.kernels is not None and len(ev.kernels) and ev.scope.on_gpu:
-        names = ev.scope.gpu["name"].unique()
-        fp32 = [n for n in names if decode(n).tensor_cores is False]
-        if fp32 and ev.dtype in (None, "bfloat16", "float16"):
-            return Insight(
-                "fp32_upcast",
-                f"FP32 math, no tensor cores: {len(fp32)} GEMM kernel(s) run on CUDA cores ({fp32[0][:60]}...)"
-                + (f" although the inputs are {ev.dtype}." if ev.dtype else "."),
-                {"kernels": fp32},
-            )
-        return None
+    if ev.scope.on_gpu:
+        return _cuda_core_gemms(ev)
     copies = ev.ops_named("aten::copy_")
     upcasts = copies[
         [
@@ -174,15 +188,28 @@ def fp32_upcast(ev: Evidence) -> Insight | None:
     ]
     if upcasts.empty:
         return None
-    return Insight(
-        "fp32_upcast",
-        f"FP32 upcast: {len(upcasts) / ev.per:g} copies {ev.unit} turn {upcasts['input_type'].iloc[0][1]} inputs into "
-        "float32, so the matmuls and softmax run in FP32 (on a GPU: sgemm on CUDA cores, no tensor cores).",
+    return Finding(
+        "FP32 upcast",
+        f"{len(upcasts) / ev.per:g} copies {ev.unit} turn {upcasts['input_type'].iloc[0][1]} inputs into float32, "
+        "so the matmuls and softmax run in FP32 (on a GPU: sgemm on CUDA cores, no tensor cores).",
         {"op": "aten::_to_copy", "per_forward": len(upcasts) / ev.per},
     )
 
 
-def fused(ev: Evidence) -> Insight | None:
+def _cuda_core_gemms(ev: Evidence) -> Finding | None:
+    names = ev.scope.gpu["name"].unique() if len(ev.scope.gpu) else []
+    fp32 = [n for n in names if decode(n).tensor_cores is False]
+    if not fp32 or ev.dtype not in (None, "bfloat16", "float16"):
+        return None
+    return Finding(
+        "FP32 math, no tensor cores",
+        f"{len(fp32)} GEMM kernel(s) run on CUDA cores ({short(fp32[0])})"
+        + (f" although the inputs are {ev.dtype}." if ev.dtype else "."),
+        {"kernels": fp32},
+    )
+
+
+def fused(ev: Evidence) -> Finding | None:
     """One kernel (GPU) or one compute op (CPU) per forward does all of attention."""
     scope = ev.scope
     if scope.on_gpu:
@@ -193,9 +220,9 @@ def fused(ev: Evidence) -> Insight | None:
             return None
         name = attention_kernels[0] if attention_kernels else names[0]
         meaning = decode(name).summary
-        return Insight(
-            "fused",
-            f"Fused: one kernel does the whole attention: {name[:90]} ({meaning}).",
+        return Finding(
+            "Fused",
+            f"one kernel does the whole attention: {short(name)} ({meaning}).",
             {"kernel": name, "meaning": meaning},
         )
     compute = scope.compute_ops
@@ -204,36 +231,35 @@ def fused(ev: Evidence) -> Insight | None:
     name = compute["name"].iloc[0]
     if not any(h in name for h in FUSED_OP_HINTS):
         return None
-    return Insight(
-        "fused", f"Fused: one op does the whole attention: {name}, with no score matrix in memory.", {"op": name}
-    )
+    detail = f"one op does the whole attention: {short(name)}, with no score matrix in memory."
+    return Finding("Fused", detail, {"op": name})
 
 
-def overhead_bound(ev: Evidence) -> Insight | None:
+def overhead_bound(ev: Evidence) -> Finding | None:
     """Host time per forward vs device time per forward, with the idle gaps between kernels."""
     scope = ev.scope
     if not scope.on_gpu or scope.device_ms is None or not len(scope.gpu):
         return None
-    busy_ms = float(scope.gpu["dur"].sum()) / 1e3 / ev.per
+    busy_ms = iv.total(iv.union(scope.gpu["ts"], scope.gpu["end"])) / 1e3 / ev.per  # intervals merged: streams overlap
     gap_ms = max(0.0, scope.device_ms - busy_ms)
     if ev.whole_trace:
         busy = 100 * busy_ms / scope.device_ms if scope.device_ms else 0.0
-        return Insight(
-            "overhead_bound",
-            f"GPU busy {busy:.0f}% of the time from its first to its last activity ({scope.device_ms:.3f} ms); "
-            f"{gap_ms:.3f} ms are gaps between kernels, where the device waited on the host.",
+        return Finding(
+            "GPU busy",
+            f"{busy:.0f}% of the time from its first to its last activity ({scope.device_ms:.3f} ms); "
+            f"{gap_ms:.3f} ms with no GPU activity on any stream (see the idle-time breakdown for their causes).",
             {"span_ms": scope.device_ms, "busy_ms": busy_ms, "gap_ms": gap_ms},
         )
     bound = "overhead-bound (the CPU is the bottleneck)" if scope.cpu_ms > scope.device_ms else "device-bound"
-    return Insight(
-        "overhead_bound",
-        f"{bound[0].upper() + bound[1:]}: {scope.cpu_ms:.3f} ms of CPU {ev.unit} vs {scope.device_ms:.3f} ms on the "
-        f"device, of which {gap_ms:.3f} ms are gaps between kernels (launch latency).",
+    return Finding(
+        bound[0].upper() + bound[1:],
+        f"{scope.cpu_ms:.3f} ms of CPU {ev.unit} vs {scope.device_ms:.3f} ms on the device, of which {gap_ms:.3f} ms "
+        "are gaps between kernels (launch latency).",
         {"cpu_ms": scope.cpu_ms, "device_ms": scope.device_ms, "busy_ms": busy_ms, "gap_ms": gap_ms},
     )
 
 
-def occupancy(ev: Evidence) -> Insight | None:
+def occupancy(ev: Evidence) -> Finding | None:
     kernels = ev.scope.gpu if len(ev.scope.gpu) else ev.trace.kernels
     kernels = kernels[(kernels["cat"] == "kernel") & kernels["registers"].notna()] if len(kernels) else kernels
     if kernels.empty:
@@ -243,58 +269,80 @@ def occupancy(ev: Evidence) -> Insight | None:
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
     for name, group in kernels.groupby("name", sort=False):
-        first = group.iloc[0]
-        threads = int(np.prod(first["block"])) if isinstance(first["block"], list) else 0
-        if threads <= 0:
+        row = _kernel_occupancy(name, group, device, driver_launches)
+        if row is None:
             continue
-        theory = theoretical_occupancy(first["registers"], threads, first["shared_memory"] or 0, device)
-        achieved = float(group["occupancy"].mean()) if group["occupancy"].notna().any() else None
-        via_driver = bool(group["correlation"].isin(driver_launches).any())
-        rows.append(
-            {
-                "kernel": name,
-                "theoretical_percent": theory.percent,
-                "achieved_percent": achieved,
-                "limiter": theory.limiter,
-                "driver_launch": via_driver,
-            }
-        )
-        family = decode(name).family
-        if achieved == 0 and via_driver:
-            notes.append(
-                f"{name[:50]} reports 0% achieved occupancy, but it was launched through the driver API "
-                "(cuLaunchKernel/cuLaunchKernelEx), which CUPTI does not measure: a measurement gap, not a stall"
-            )
-        elif theory.percent < LOW_OCCUPANCY_PERCENT and family in ATTENTION_FAMILIES:
-            notes.append(
-                f"{name[:50]} holds {theory.blocks_per_sm} block(s) per SM ({theory.percent:.0f}% theoretical, "
-                f"limited by {theory.limiter}): low occupancy by design, big tiles in registers hide latency"
-            )
-        elif theory.percent < LOW_OCCUPANCY_PERCENT:
-            notes.append(f"{name[:50]} is limited to {theory.percent:.0f}% occupancy by {theory.limiter}")
+        rows.append(row)
+        note = _occupancy_note(row)
+        if note:
+            notes.append(note)
     if not notes:
         return None
-    return Insight("occupancy", "Occupancy: " + "; ".join(notes[:3]) + ".", {"kernels": rows})
+    return Finding("Occupancy", "; ".join(notes[:MAX_NAMES_IN_PROSE]) + ".", {"kernels": rows})
 
 
-def no_kernels(ev: Evidence) -> Insight | None:
+def _kernel_occupancy(name: str, group: pd.DataFrame, device: Any, driver_launches: set) -> dict[str, Any] | None:
+    first = group.iloc[0]
+    threads = int(np.prod(first["block"])) if isinstance(first["block"], list) else 0
+    if threads <= 0:
+        return None
+    theory = theoretical_occupancy(first["registers"], threads, first["shared_memory"] or 0, device)
+    measured = group["occupancy"].notna()
+    # Weighted by duration, as the TensorBoard plugin's kernel table does (kernel_parser.py).
+    weights = group.loc[measured, "dur"]
+    achieved = (
+        float(np.average(group.loc[measured, "occupancy"], weights=weights))
+        if measured.any() and weights.sum() > 0
+        else float(group.loc[measured, "occupancy"].mean())
+        if measured.any()
+        else None
+    )
+    return {
+        "kernel": name,
+        "theoretical_percent": theory.percent,
+        "achieved_percent": achieved,
+        "limiter": theory.limiter,
+        "blocks_per_sm": theory.blocks_per_sm,
+        "driver_launch": bool(group["correlation"].isin(driver_launches).any()),
+    }
+
+
+def _occupancy_note(row: dict[str, Any]) -> str | None:
+    name, percent = short(row["kernel"], NAME_IN_LIST), row["theoretical_percent"]
+    if row["achieved_percent"] == 0 and row["driver_launch"]:
+        return (
+            f"{name} reports 0% achieved occupancy, but it was launched through the driver API "
+            "(cuLaunchKernel/cuLaunchKernelEx), which CUPTI does not measure: a measurement gap, not a stall"
+        )
+    if percent < LOW_OCCUPANCY_PERCENT and decode(row["kernel"]).family in ATTENTION_FAMILIES:
+        return (
+            f"{name} holds {row['blocks_per_sm']} block(s) per SM ({percent:.0f}% theoretical, limited by "
+            f"{row['limiter']}): low occupancy by design, big tiles in registers hide latency"
+        )
+    if percent < LOW_OCCUPANCY_PERCENT:
+        return f"{name} is limited to {percent:.0f}% occupancy by {row['limiter']}"
+    return None
+
+
+def no_kernels(ev: Evidence) -> Finding | None:
+    """A trace that should hold kernels but holds none. Checks first that none is truly there."""
     trace = ev.trace
-    if len(trace.kernels):
+    if len(trace.gpu_activity):
         return None
     launches = len(trace.of_category(*LAUNCH_CATEGORIES))
     expected_gpu = ev.device == "cuda" or launches > 0 or bool(trace.device_properties)
     if not expected_gpu:
         return None
-    return Insight(
-        "no_kernels",
-        f"No kernels recorded: the trace has {launches} CUDA runtime/driver calls but no kernel events. Likely causes: "
+    return Finding(
+        "No kernels recorded",
+        f"the trace has {launches} CUDA runtime/driver calls but no kernel, memcpy or memset events. Likely causes: "
         "ProfilerActivity.CUDA was not enabled, CUPTI ran in counter (range-profiling) mode, the process lacked "
         "GPU performance-counter permission, or the trace ended before the device was synchronised.",
         {"launch_calls": launches, "kernel_events": 0},
     )
 
 
-def profiler_overhead(ev: Evidence) -> Insight | None:
+def profiler_overhead(ev: Evidence) -> Finding | None:
     """On CPU the profiler's per-op bookkeeping lands inside the forward it measures."""
     scope = ev.scope
     if ev.unprofiled_ms is None or scope.on_gpu or not scope.count or ev.unprofiled_ms <= 0:
@@ -302,11 +350,11 @@ def profiler_overhead(ev: Evidence) -> Insight | None:
     ratio = scope.cpu_ms / ev.unprofiled_ms
     if ratio < 1 + PROFILER_OVERHEAD_NOTICE:
         return None
-    return Insight(
-        "profiler_overhead",
-        f"Profiler overhead: a forward took {scope.cpu_ms:.3f} ms under the profiler but {ev.unprofiled_ms:.3f} ms "
-        f"without it (x{ratio:.2f}); its {scope.ops_per_window:g} ops per forward each pay the profiler's "
-        "bookkeeping, so compare runs by their unprofiled time.",
+    return Finding(
+        "Profiler overhead",
+        f"a forward took {scope.cpu_ms:.3f} ms under the profiler but {ev.unprofiled_ms:.3f} ms without it "
+        f"(x{ratio:.2f}); its {scope.ops_per_window:g} ops per forward each pay the profiler's bookkeeping, so "
+        "compare runs by their unprofiled time.",
         {"profiled_ms": scope.cpu_ms, "unprofiled_ms": ev.unprofiled_ms, "ratio": ratio},
     )
 
@@ -315,7 +363,7 @@ def profiler_overhead(ev: Evidence) -> Insight | None:
 class Rule:
     name: str
     applies_to: str  # what it looks for, shown in the README's rule list
-    check: Callable[[Evidence], Insight | None]
+    check: Callable[[Evidence], Finding | None]
 
 
 RULES: tuple[Rule, ...] = (
@@ -347,4 +395,8 @@ def find_insights(
         device=getattr(spec, "device", None),
         unprofiled_ms=unprofiled_ms,
     )
-    return [insight for rule in RULES if (insight := rule.check(evidence)) is not None]
+    return [
+        Insight(rule.name, found.title, found.detail, found.evidence)
+        for rule in RULES
+        if (found := rule.check(evidence)) is not None
+    ]

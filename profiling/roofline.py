@@ -1,35 +1,97 @@
-"""How close a forward came to the device's peak: causal-aware FLOPs and bytes.
+"""How close a forward came to the device's peak: causal-aware FLOPs, and bytes moved.
 
 `torch.profiler`'s `with_flops` does not count SDPA, so FLOPs come from the spec. Peaks are
-the vendors' dense bf16/fp16 tensor-core numbers; elsewhere (a CPU, an unknown GPU) the
-yardstick is a large matmul measured on the same device in the same process.
+the vendors' dense bf16/fp16 tensor-core numbers and HBM bandwidth; elsewhere (a CPU, an
+unknown GPU) the yardsticks are a large matmul and a large copy measured on the same device
+in the same process, as explicit steps of the run (`peak_tflops`, `peak_gbps`), never hidden
+inside a function that looks pure.
 """
 
 from __future__ import annotations
 
 import functools
+import platform
+import re
+from dataclasses import dataclass
 
 import torch
 import torch.utils.benchmark as benchmark
 
-# Dense (no sparsity) TFLOP/s for bf16/fp16 on tensor cores; FP32 on CUDA cores.
-PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "H200": {"bfloat16": 989.0, "float16": 989.0, "float32": 67.0},
-    "H100": {"bfloat16": 989.0, "float16": 989.0, "float32": 67.0},
-    "A100": {"bfloat16": 312.0, "float16": 312.0, "float32": 19.5},
-    "L4": {"bfloat16": 121.0, "float16": 121.0, "float32": 30.3},
-    "A10G": {"bfloat16": 70.0, "float16": 70.0, "float32": 35.0},
-    "T4": {"bfloat16": 65.0, "float16": 65.0, "float32": 8.1},
-}
+
+@dataclass(frozen=True)
+class GpuPeak:
+    """A GPU's datasheet peaks (dense, no sparsity) and the SM count they were quoted for."""
+
+    pattern: str  # matched as whole words in torch.cuda.get_device_name()
+    tflops: dict[str, float]  # dtype -> TFLOP/s: bf16/fp16 on tensor cores, fp32 on CUDA cores
+    bandwidth_gbps: float
+    sm_count: int
+
+
+def _peak(pattern: str, half: float, fp32: float, gbps: float, sms: int) -> GpuPeak:
+    return GpuPeak(pattern, {"bfloat16": half, "float16": half, "float32": fp32}, gbps, sms)
+
+
+# Longest (most specific) first: "H100 PCIe" before "H100", "L40S" is never "L4".
+# T4 has no bf16 tensor cores; its fp16 peak is the honest yardstick for both.
+# The RTX PRO 6000 (sm_120, ZeroGPU's Blackwell) dense fp16 figure is its sparse FP4 AI TOPS / 8.
+GPU_PEAKS: tuple[GpuPeak, ...] = (
+    _peak(r"RTX PRO 6000", 500.0, 126.0, 1792.0, 188),
+    _peak(r"H100 PCIe", 756.0, 51.0, 2000.0, 114),
+    _peak(r"A100[- ]SXM4[- ]80GB", 312.0, 19.5, 2039.0, 108),
+    _peak(r"A100 80GB PCIe", 312.0, 19.5, 1935.0, 108),
+    _peak(r"H200", 989.0, 67.0, 4800.0, 132),
+    _peak(r"H100", 989.0, 67.0, 3350.0, 132),
+    _peak(r"A100", 312.0, 19.5, 1555.0, 108),
+    _peak(r"L40S", 362.0, 91.6, 864.0, 142),
+    _peak(r"A10G", 70.0, 35.0, 600.0, 80),
+    _peak(r"L4", 121.0, 30.3, 300.0, 58),
+    _peak(r"T4", 65.0, 8.1, 320.0, 40),
+)
+_PATTERNS = tuple((re.compile(rf"(?<![\w]){p.pattern}(?![\w])"), p) for p in GPU_PEAKS)
 MATMUL_SIZE = {"cpu": 1024, "cuda": 8192}
+VENDOR = "vendor peak"
 
 
-def known_peak_tflops(device_name: str, dtype: str) -> float | None:
-    for gpu, peaks in PEAK_TFLOPS.items():
-        if gpu in device_name:
-            # T4 has no bf16 tensor cores; its fp16 peak is the honest yardstick for both.
-            return peaks.get(dtype)
-    return None
+def known_gpu(device_name: str) -> GpuPeak | None:
+    """The peak table's entry for this exact GPU model, or None."""
+    return next((peak for regex, peak in _PATTERNS if regex.search(device_name)), None)
+
+
+def known_peak_tflops(device_name: str, dtype: str, sm_count: int | None = None) -> float | None:
+    """The vendor's peak, scaled to the SMs this device has (ZeroGPU may hand out a partition)."""
+    gpu = known_gpu(device_name)
+    if gpu is None or dtype not in gpu.tflops:
+        return None
+    return gpu.tflops[dtype] * _sm_share(gpu, sm_count)
+
+
+def _sm_share(gpu: GpuPeak, sm_count: int | None) -> float:
+    return min(1.0, sm_count / gpu.sm_count) if sm_count else 1.0
+
+
+def device_name(device: str) -> str:
+    """The GPU's name on CUDA; the CPU's model name elsewhere."""
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        model = ""
+    return model or platform.processor() or platform.machine() or "cpu"
+
+
+def sm_count(device: str) -> int | None:
+    return torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else None
+
+
+def peak_tflops(device: str, name: str, dtype: str) -> tuple[float, str]:
+    """The compute yardstick and where it came from: the vendor's figure, or a matmul measured here."""
+    peak = known_peak_tflops(name, dtype, sm_count(device)) if device == "cuda" else None
+    if peak is not None:
+        return peak, VENDOR
+    return matmul_tflops(device, dtype), f"measured {MATMUL_SIZE.get(device, 1024)}² matmul"
 
 
 @functools.lru_cache(maxsize=8)
@@ -44,15 +106,9 @@ def matmul_tflops(device: str, dtype: str) -> float:
     return 2 * n**3 / seconds / 1e12
 
 
-def roofline(
-    flops: int, score_bytes: int, fused: bool, seconds: float, device: str, device_name: str, dtype: str
-) -> dict:
-    """Achieved TFLOP/s and its share of the device's peak (known, or a measured matmul)."""
+def roofline(flops: int, score_bytes: int, fused: bool, seconds: float, peak: float, source: str) -> dict:
+    """Achieved TFLOP/s and its share of the yardstick `peak` (TFLOP/s, from `peak_tflops`)."""
     achieved = flops / seconds / 1e12 if seconds > 0 else 0.0
-    peak = known_peak_tflops(device_name, dtype) if device == "cuda" else None
-    source = "vendor peak"
-    if peak is None:
-        peak, source = matmul_tflops(device, dtype), f"measured {MATMUL_SIZE.get(device, 1024)}² matmul"
     return {
         "achieved_tflops": round(achieved, 4),
         "peak_tflops": round(peak, 3),

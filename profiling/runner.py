@@ -1,4 +1,9 @@
-"""One profiled run: warm up, profile `active` forwards, export the trace and the table."""
+"""One profiled run, measured: warm up, profile `ACTIVE` forwards, export the trace and the table.
+
+The runner only measures (the trace, the unprofiled time, the error against float64, the
+device's yardstick); `profiling.analysis.analyze` reads the trace and builds everything else.
+A `Measurement` is plain, picklable data, so a run can happen in a worker process.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import attention
-from attention import AttentionSpec, SpecError
-from profiling.insights import Insight, find_insights
-from profiling.summary import build_summary
-from profiling.tables import kernel_table, op_table_from_key_averages
-from profiling.trace import Trace, load_trace
-from profiling.windows import FORWARD, WindowStats, window_stats
+from attention import AttentionSpec
+from profiling.roofline import device_name, peak_tflops
+from profiling.windows import FORWARD
 
 WARMUP_CALLS = 3
 # Forwards timed without the profiler, to show what its per-op overhead adds: at least
@@ -39,17 +40,23 @@ class RunError(RuntimeError):
     """A run that started but could not finish (compile failure, out of memory, time limit)."""
 
 
-@dataclass
-class RunResult:
+KEY_AVERAGES_ROWS = 60  # rows of the `key_averages` text table written beside the trace
+KEY_AVERAGES_NAME_WIDTH = 80
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one run measured, besides the trace it wrote."""
+
     spec: AttentionSpec
-    trace: Trace
-    forwards: WindowStats
-    op_table: pd.DataFrame
-    kernel_table: pd.DataFrame
-    insights: list[Insight]
-    summary: dict
     trace_path: Path
     table_path: Path
+    unprofiled_ms: float
+    max_abs_error: float
+    device_name: str
+    torch_version: str
+    peak_tflops: float
+    peak_source: str
 
 
 def run_name(spec: AttentionSpec) -> str:
@@ -89,59 +96,50 @@ def _activities(device: str) -> list[ProfilerActivity]:
     return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
 
 
-def profile_attention(
+class Deadline:
+    """The run's time limit, checked between stages and between forwards."""
+
+    def __init__(self, limit_s: float | None) -> None:
+        self.limit_s = limit_s
+        self.started = time.monotonic()
+
+    def remaining_s(self) -> float | None:
+        return None if self.limit_s is None else max(0.0, self.limit_s - (time.monotonic() - self.started))
+
+    def check(self, stage: str) -> None:
+        if self.limit_s is not None and time.monotonic() - self.started > self.limit_s:
+            raise RunError(f"time limit: the run passed {self.limit_s:.0f} s during {stage}; try a smaller shape")
+
+
+def measure(
     spec: AttentionSpec,
     trace_dir: str | Path,
     progress: Progress | None = None,
     time_limit_s: float | None = None,
-) -> RunResult:
-    """Profile `ACTIVE` forwards of `spec` and write `<run-name>.json` and `.txt` to `trace_dir`.
+) -> Measurement:
+    """Profile `ACTIVE` forwards of `spec`; write `<run-name>.json` (Chrome trace) and `.txt` to `trace_dir`.
 
     Raises SpecError when the spec cannot run on its device, RunError when the run fails.
     """
     report = progress or (lambda fraction, message: None)
-    reason = attention.unsupported(spec)
-    if reason:
-        raise SpecError("backend" if spec.variant == "sdpa" else "variant", reason)
+    attention.preflight(spec)  # CUDA present, supported, fits in memory: else SpecError naming the field
     if spec.device == "cpu":
         keep_freed_cpu_memory()
     trace_dir = Path(trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
+    deadline = Deadline(time_limit_s)
     name = run_name(spec)
-    started = time.monotonic()
-
-    def check_time(stage: str) -> None:
-        if time_limit_s is not None and time.monotonic() - started > time_limit_s:
-            raise RunError(f"time limit: the run passed {time_limit_s:.0f} s during {stage}; try a smaller shape")
-
     try:
         report(0.05, "allocating inputs")
         forward = attention.prepare(spec)
-
         with torch.no_grad():
-            for i in range(WARMUP_CALLS):
-                report(0.1 + 0.2 * i / WARMUP_CALLS, "warm-up" + (" (compiling)" if spec.compile and i == 0 else ""))
-                out = _warm(forward, spec)
-                check_time("warm-up")
-            _sync(spec.device)
-            steps = WAIT + WARMUP + ACTIVE
-            with profile(
-                activities=_activities(spec.device),
-                schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
-                record_shapes=True,
-                profile_memory=True,
-            ) as prof:
-                for step in range(steps):
-                    report(0.3 + 0.5 * step / steps, f"profiling step {step + 1}/{steps}")
-                    with record_function(FORWARD):
-                        out = forward()
-                    _sync(spec.device)
-                    prof.step()
-                    check_time("profiling")
+            _warm_up(forward, spec, report, deadline)
+            prof, out = _profile(forward, spec, report, deadline)
             report(0.8, "timing without the profiler")
             unprofiled_ms = _unprofiled_ms(forward, spec.device)
+            deadline.check("timing")
             report(0.85, "measuring error against float64")
-            error = (out.double() - forward.reference()).abs().max().item()
+            error = (out.double() - forward.reference().output).abs().max().item()
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         raise RunError(
@@ -151,31 +149,52 @@ def profile_attention(
         if CPU_OOM not in str(exc):
             raise
         raise RunError(f"out of CPU memory for {_shape(spec)}; try a smaller seq_len or batch") from None
-
     report(0.9, "exporting the trace")
-    trace_path = trace_dir / f"{name}.json"
-    table_path = trace_dir / f"{name}.txt"
+    trace_path, table_path = _export(prof, spec, trace_dir / name)
+    report(0.95, "measuring the device's peak")
+    gpu_name = device_name(spec.device)
+    peak, source = peak_tflops(spec.device, gpu_name, spec.dtype)
+    return Measurement(spec, trace_path, table_path, unprofiled_ms, error, gpu_name, torch.__version__, peak, source)
+
+
+def _warm_up(forward: Callable[[], torch.Tensor], spec: AttentionSpec, report: Progress, deadline: Deadline) -> None:
+    for i in range(WARMUP_CALLS):
+        report(0.1 + 0.2 * i / WARMUP_CALLS, "warm-up" + (" (compiling)" if spec.compile and i == 0 else ""))
+        _warm(forward, spec)
+        deadline.check("warm-up")
+    _sync(spec.device)
+
+
+def _profile(
+    forward: Callable[[], torch.Tensor], spec: AttentionSpec, report: Progress, deadline: Deadline
+) -> tuple[profile, torch.Tensor]:
+    steps = WAIT + WARMUP + ACTIVE
+    with profile(
+        activities=_activities(spec.device),
+        schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
+        record_shapes=True,
+        profile_memory=True,
+    ) as prof:
+        for step in range(steps):
+            report(0.3 + 0.5 * step / steps, f"profiling step {step + 1}/{steps}")
+            with record_function(FORWARD):
+                out = forward()
+            _sync(spec.device)
+            prof.step()
+            deadline.check("profiling")
+    return prof, out
+
+
+def _export(prof: profile, spec: AttentionSpec, stem: Path) -> tuple[Path, Path]:
+    """The Chrome trace, and torch's own `key_averages` table beside it (the blog's printout)."""
+    trace_path, table_path = stem.with_suffix(".json"), stem.with_suffix(".txt")
     prof.export_chrome_trace(str(trace_path))
-    averages = prof.key_averages()
     sort_by = "self_device_time_total" if spec.device == "cuda" else "self_cpu_time_total"
-    table_path.write_text(averages.table(sort_by=sort_by, row_limit=60, max_name_column_width=80))
-    trace = load_trace(trace_path)
-    forwards = window_stats(trace, device=spec.device)
-    kernels = kernel_table(trace, forwards)
-    insights = find_insights(trace, forwards, kernels, spec, unprofiled_ms)
-    summary = build_summary(spec, forwards, averages, error, insights, unprofiled_ms)
-    report(1.0, "done")
-    return RunResult(
-        spec=spec,
-        trace=trace,
-        forwards=forwards,
-        op_table=op_table_from_key_averages(averages),
-        kernel_table=kernels,
-        insights=insights,
-        summary=summary,
-        trace_path=trace_path,
-        table_path=table_path,
+    table = prof.key_averages().table(
+        sort_by=sort_by, row_limit=KEY_AVERAGES_ROWS, max_name_column_width=KEY_AVERAGES_NAME_WIDTH
     )
+    table_path.write_text(table)
+    return trace_path, table_path
 
 
 def _unprofiled_ms(forward: Callable[[], torch.Tensor], device: str) -> float:

@@ -119,3 +119,10 @@ def lane_codes(trace: Trace) -> np.ndarray:
     if "lanes" not in trace.cache:
         trace.cache["lanes"] = lanes_of(trace.events)
     return trace.cache["lanes"]
+
+
+def process_codes(trace: Trace) -> np.ndarray:
+    """An integer per process (pid) for every event, computed once per trace."""
+    if "processes" not in trace.cache:
+        trace.cache["processes"] = pd.factorize(trace.events["pid"])[0]
+    return trace.cache["processes"]

@@ -5,18 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attention import AttentionSpec, SpecError, format_bytes
-from attention.spec import memory_budget
-from profiling.compare import forward_ms, run_label
-from profiling.runner import Progress, RunError, profile_attention
+from attention import AttentionSpec, SpecError, format_bytes, memory_budget, run_label
+from profiling.compare import forward_ms
+from profiling.pipeline import profile_attention
+from profiling.runner import Deadline, Progress, RunError
 
-DEFAULT_SEQ_LENS = (128, 256, 512, 1024, 2048)
-MAX_POINTS = 64
+MAX_POINTS = 64  # variants x seq_len values in one sweep
+POINT_KEYS = ("forward_ms", "peak_memory_bytes", "kernels_per_forward", "achieved_tflops")
 
 
 def sweep(
     base: AttentionSpec,
-    variants: list[tuple[str, str]],
+    runs: list[tuple[str, str]],
     seq_lens: list[int],
     trace_dir: str | Path,
     progress: Progress | None = None,
@@ -27,59 +27,59 @@ def sweep(
 
     A variant stops before the memory guard would refuse it: at the first seq_len whose
     estimated memory exceeds `budget_bytes` (default: what the device has free, with headroom).
+    `time_limit_s` bounds the whole sweep.
     """
     report = progress or (lambda fraction, message: None)
     seq_lens = sorted(set(seq_lens))
-    if not seq_lens or len(seq_lens) * len(variants) > MAX_POINTS:
-        raise SpecError(
-            "seq_lens", f"give 1 to {MAX_POINTS // max(len(variants), 1)} seq_len values for {len(variants)} variant(s)"
-        )
+    _check_size(runs, seq_lens)
     budget = memory_budget(base.device) if budget_bytes is None else budget_bytes
+    deadline = Deadline(time_limit_s)
     rows: list[dict[str, Any]] = []
-    total = len(variants) * len(seq_lens)
-    for v, (variant, backend) in enumerate(variants):
+    total = len(runs) * len(seq_lens)
+    for v, (variant, backend) in enumerate(runs):
+        label = run_label(variant, backend, base.compile)
         for s, seq_len in enumerate(seq_lens):
-            done = v * len(seq_lens) + s
-            label = run_label({"variant": variant, "backend": backend, "compile": base.compile})
-            report(done / total, f"{label} at seq_len {seq_len}")
-            need = base.replace(variant=variant, backend=backend, seq_len=1).estimated_bytes(seq_len=seq_len)
-            if need > budget:
-                rows.append(
-                    _stopped(
-                        label, seq_len, f"needs about {format_bytes(need)}, over the {format_bytes(budget)} budget"
-                    )
-                )
-                break
-            try:
-                spec = base.replace(variant=variant, backend=backend, seq_len=seq_len)
-                result = profile_attention(spec, trace_dir, time_limit_s=time_limit_s)
-            except (SpecError, RunError) as exc:
-                rows.append(_stopped(label, seq_len, str(exc)))
-                break
-            summary = result.summary
-            rows.append(
-                {
-                    "run": label,
-                    "seq_len": seq_len,
-                    "status": "ok",
-                    "forward_ms": forward_ms(summary),
-                    "peak_memory_bytes": summary["peak_memory_bytes"],
-                    "kernels_per_forward": summary["kernels_per_forward"],
-                    "achieved_tflops": summary["achieved_tflops"],
-                }
+            report((v * len(seq_lens) + s) / total, f"{label} at seq_len {seq_len}")
+            row = _point(
+                base.replace(variant=variant, backend=backend, seq_len=seq_len), label, budget, trace_dir, deadline
             )
+            rows.append(row)
+            if row["status"] == "stopped":
+                break
     report(1.0, "done")
     return rows
 
 
-def _stopped(label: str, seq_len: int, reason: str) -> dict[str, Any]:
+def _check_size(runs: list[tuple[str, str]], seq_lens: list[int]) -> None:
+    if not runs:
+        raise SpecError("variants", "give at least one variant")
+    most = MAX_POINTS // len(runs)
+    if not seq_lens or len(seq_lens) > most:
+        raise SpecError(
+            "seq_lens", f"give 1 to {most} seq_len values for {len(runs)} variant(s) (at most {MAX_POINTS} points)"
+        )
+
+
+def _point(spec: AttentionSpec, label: str, budget: int, trace_dir: str | Path, deadline: Deadline) -> dict[str, Any]:
+    need = spec.estimated_bytes()
+    if need > budget:
+        return _stopped(
+            label, spec.seq_len, f"needs about {format_bytes(need)}, over the {format_bytes(budget)} budget"
+        )
+    try:
+        deadline.check("sweep")
+        summary = profile_attention(spec, trace_dir, time_limit_s=deadline.remaining_s()).summary
+    except (SpecError, RunError) as exc:
+        return _stopped(label, spec.seq_len, str(exc))
     return {
         "run": label,
-        "seq_len": seq_len,
-        "status": "stopped",
-        "reason": reason,
-        "forward_ms": None,
-        "peak_memory_bytes": None,
-        "kernels_per_forward": None,
-        "achieved_tflops": None,
+        "seq_len": spec.seq_len,
+        "status": "ok",
+        "reason": None,
+        "forward_ms": forward_ms(dict(summary)),
+        **{key: summary[key] for key in POINT_KEYS if key != "forward_ms"},  # type: ignore[literal-required]
     }
+
+
+def _stopped(label: str, seq_len: int, reason: str) -> dict[str, Any]:
+    return {"run": label, "seq_len": seq_len, "status": "stopped", "reason": reason, **dict.fromkeys(POINT_KEYS)}

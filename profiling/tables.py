@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiling.gpu_metrics import kernel_stats
 from profiling.kernels import decode
 from profiling.structure import propagate_up, structure
 from profiling.trace import LAUNCH_CATEGORIES, Trace
@@ -19,25 +20,35 @@ OP_COLUMNS = [
     "self device (us)",
     "total device (us)",
     "avg device (us)",
+    "kind",  # op, or annotation (record_function ranges, profiler steps): never counted as ops
 ]
+OP = "op"
+ANNOTATION = "annotation"
 KERNEL_COLUMNS = [
-    "name",
+    "kernel",  # a short name: the full one, cut at its template arguments, is the last column
     "kind",
     "count",
     "per forward",
     "total (us)",
     "avg (us)",
+    "max (us)",
+    "min (us)",
     "grid",
     "block",
     "registers/thread",
     "shared mem (B)",
+    "blocks per SM",
     "achieved occupancy (%)",
+    "tensor cores",
+    "launched by",
     "meaning",
+    "name",
 ]
+SHORT_NAME = 60
 
 
-def op_table_from_key_averages(averages: object) -> pd.DataFrame:
-    """The op table from `prof.key_averages()`: times in µs, sorted by self CPU time."""
+def key_averages_table(averages: object) -> pd.DataFrame:
+    """`prof.key_averages()` as an op table (µs), to check the trace's op table against torch's own."""
     rows = [
         (
             e.key,
@@ -48,47 +59,80 @@ def op_table_from_key_averages(averages: object) -> pd.DataFrame:
             e.self_device_time_total,
             e.device_time_total,
             e.device_time_total / max(e.count, 1),
+            OP,
         )
         for e in averages  # type: ignore[attr-defined]
     ]
-    table = pd.DataFrame(rows, columns=OP_COLUMNS)
-    return table.sort_values("self cpu (us)", ascending=False, ignore_index=True)
+    return pd.DataFrame(rows, columns=OP_COLUMNS)
 
 
-def op_table_from_trace(trace: Trace) -> pd.DataFrame:
-    """The op table rebuilt from a trace's `cpu_op` events, for traces we did not record.
+def merged_into_parent(names: np.ndarray, parent: np.ndarray, children: np.ndarray) -> np.ndarray:
+    """Each event's representative: itself, or the ancestor a same-name only child is merged into.
 
-    Device time is attributed to the innermost op around each launch, then summed upwards.
+    torch's `EventList._remove_dup_nodes` (torch/autograd/profiler_util.py) and the TensorBoard
+    plugin both fold an op whose parent has the same name and no other child (`aten::mul` calling
+    `aten::mul` for a scalar) into that parent: one call, with the child's self time and launches.
+    """
+    rows = np.arange(len(names))
+    safe_parent = np.clip(parent, 0, None)
+    duplicate = (parent >= 0) & (names == names[safe_parent]) & (children[safe_parent] == 1)
+    representative = np.where(duplicate, safe_parent, rows)
+    while True:  # chains (a in a in a) resolve to the top; each pass climbs one level
+        climbed = representative[representative]
+        if np.array_equal(climbed, representative):
+            return representative
+        representative = climbed
+
+
+def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.DataFrame:
+    """The op table from a trace's `cpu_op` events (and, if asked, its annotations, listed last).
+
+    Self CPU time is an event's duration less its children's; device time is attributed to the
+    innermost op around each launch (self) and summed upwards (total). Same-name only children
+    are merged into their parent, as torch's `key_averages` does.
     """
     ev = trace.events
     if ev.empty:
         return pd.DataFrame(columns=OP_COLUMNS)
-    depth, parent = structure(trace).depth, structure(trace).parent
+    s = structure(trace)
+    parent, has_parent = s.parent, s.parent >= 0
     dur = ev["dur"].to_numpy()
-    child_dur = np.zeros(len(ev))
-    has_parent = parent >= 0
-    np.add.at(child_dur, parent[has_parent], dur[has_parent])
-    self_cpu = np.clip(dur - child_dur, 0, None)
+    child_dur = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(ev))
+    children = np.bincount(parent[has_parent], minlength=len(ev))
+    self_device = _launched_device_time(trace, parent)
+    total_device = propagate_up(self_device, parent, s.depth)
+    names = ev["name"].to_numpy()
+    representative = merged_into_parent(names, parent, children)
+    self_cpu = np.bincount(representative, weights=np.clip(dur - child_dur, 0, None), minlength=len(ev))
+    self_device = np.bincount(representative, weights=self_device, minlength=len(ev))
+    kinds = np.select([ev["cat"].eq("cpu_op"), ev["cat"].eq("user_annotation")], [OP, ANNOTATION], "")
+    listed = (kinds == OP) | (with_annotations & (kinds == ANNOTATION))
+    keep = listed & (representative == np.arange(len(ev)))
+    frame = pd.DataFrame(
+        {
+            "name": names[keep],
+            "kind": kinds[keep],
+            "self_cpu": self_cpu[keep],
+            "total_cpu": dur[keep],
+            "self_dev": self_device[keep],
+            "total_dev": total_device[keep],
+        }
+    )
+    return _aggregate_ops(frame)
 
+
+def _launched_device_time(trace: Trace, parent: np.ndarray) -> np.ndarray:
+    """Per event: the device time of the GPU work launched by its direct runtime/driver children."""
+    ev = trace.events
     gpu = trace.gpu_activity.groupby("correlation")["dur"].sum()
     launches = ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy()
     launch_time = np.where(launches, ev["correlation"].map(gpu).fillna(0.0).to_numpy(), 0.0)
-    self_device = np.zeros(len(ev))
-    owners = launches & has_parent
-    np.add.at(self_device, parent[owners], launch_time[owners])
-    total_device = propagate_up(self_device, parent, depth)
+    owners = launches & (parent >= 0)
+    return np.bincount(parent[owners], weights=launch_time[owners], minlength=len(ev))
 
-    ops = ev["cat"].isin(("cpu_op", "user_annotation")).to_numpy()
-    frame = pd.DataFrame(
-        {
-            "name": ev["name"].to_numpy()[ops],
-            "self_cpu": self_cpu[ops],
-            "total_cpu": dur[ops],
-            "self_dev": self_device[ops],
-            "total_dev": total_device[ops],
-        }
-    )
-    grouped = frame.groupby("name", sort=False).agg(
+
+def _aggregate_ops(frame: pd.DataFrame) -> pd.DataFrame:
+    grouped = frame.groupby(["kind", "name"], sort=False).agg(
         calls=("self_cpu", "size"),
         self_cpu=("self_cpu", "sum"),
         total_cpu=("total_cpu", "sum"),
@@ -97,7 +141,7 @@ def op_table_from_trace(trace: Trace) -> pd.DataFrame:
     )
     table = pd.DataFrame(
         {
-            "name": grouped.index,
+            "name": grouped.index.get_level_values("name"),
             "calls": grouped["calls"].to_numpy(),
             "self cpu (us)": grouped["self_cpu"].to_numpy(),
             "total cpu (us)": grouped["total_cpu"].to_numpy(),
@@ -105,37 +149,61 @@ def op_table_from_trace(trace: Trace) -> pd.DataFrame:
             "self device (us)": grouped["self_dev"].to_numpy(),
             "total device (us)": grouped["total_dev"].to_numpy(),
             "avg device (us)": (grouped["total_dev"] / grouped["calls"]).to_numpy(),
+            "kind": grouped.index.get_level_values("kind"),
         },
         columns=OP_COLUMNS,
     )
-    return table.sort_values("self cpu (us)", ascending=False, ignore_index=True)
+    # Ops first, then annotations; each by self CPU time.
+    table = table.assign(_annotation=table["kind"].eq(ANNOTATION))
+    table = table.sort_values(["_annotation", "self cpu (us)"], ascending=[True, False], ignore_index=True)
+    return table.drop(columns="_annotation")
 
 
 def _shape(value: object) -> str:
     return "×".join(str(v) for v in value) if isinstance(value, list) else ""
 
 
+def short_kernel_name(name: str) -> str:
+    """`void at::native::elementwise_kernel<128, 2, …>(int, …)` -> `at::native::elementwise_kernel`."""
+    bare = name.removeprefix("void ")
+    cut = min((i for i in (bare.find("<"), bare.find("(")) if i > 0), default=len(bare))
+    bare = bare[:cut].strip() or name
+    return bare if len(bare) <= SHORT_NAME else bare[: SHORT_NAME - 1] + "…"
+
+
 def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFrame:
-    """One row per GPU kernel/memcpy/memset name; `per forward` when forward windows exist."""
+    """One row per GPU kernel/memcpy/memset name; `per forward` when forward windows exist.
+
+    Blocks per SM and achieved occupancy are weighted by duration, as the TensorBoard plugin's
+    kernel table is (`profiling.gpu_metrics.kernel_stats`).
+    """
     gpu = trace.gpu_activity
     if gpu.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     grouped = gpu.groupby("name", sort=False)
     first = grouped.first()
+    names = first.index
+    stats = kernel_stats(trace).reindex(names)
     table = pd.DataFrame(
         {
-            "name": first.index,
+            "kernel": [short_kernel_name(n) for n in names],
             "kind": first["cat"].to_numpy(),
             "count": grouped.size().to_numpy(),
             "per forward": 0.0,
             "total (us)": grouped["dur"].sum().to_numpy(),
             "avg (us)": grouped["dur"].mean().to_numpy(),
+            "max (us)": grouped["dur"].max().to_numpy(),
+            "min (us)": grouped["dur"].min().to_numpy(),
             "grid": first["grid"].map(_shape).to_numpy(),
             "block": first["block"].map(_shape).to_numpy(),
             "registers/thread": first["registers"].to_numpy(),
             "shared mem (B)": first["shared_memory"].to_numpy(),
-            "achieved occupancy (%)": grouped["occupancy"].mean().to_numpy(),
-            "meaning": [decode(n).summary for n in first.index],
+            "blocks per SM": stats["blocks per SM"].to_numpy(),
+            "achieved occupancy (%)": stats["achieved occupancy (%)"].to_numpy(),
+            "tensor cores": stats["tensor cores"].fillna("n/a").to_numpy(),
+            "launched by": launching_ops(trace).reindex(names).fillna("").to_numpy(),
+            "meaning": [decode(n).summary for n in names],
+            "name": names,
         },
         columns=KERNEL_COLUMNS,
     )
@@ -143,6 +211,21 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
         per = forwards.gpu.groupby("name").size() / forwards.count
         table["per forward"] = table["name"].map(per).fillna(0.0).to_numpy()
     return table.sort_values("total (us)", ascending=False, ignore_index=True)
+
+
+def launching_ops(trace: Trace) -> pd.Series:
+    """Per GPU activity name, the op that launched it most often (the innermost op around the launch)."""
+    ev = trace.events
+    parent = structure(trace).parent
+    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (parent >= 0))
+    op_of_launch = pd.Series(ev["name"].to_numpy()[parent[launches]], index=ev["correlation"].to_numpy()[launches])
+    op_of_launch = op_of_launch[~op_of_launch.index.duplicated()]
+    gpu = trace.gpu_activity
+    ops = pd.Series(op_of_launch.reindex(gpu["correlation"].to_numpy()).to_numpy(), index=gpu["name"].to_numpy())
+    ops = ops.dropna()
+    if ops.empty:
+        return pd.Series(dtype=object)
+    return ops.groupby(level=0).agg(lambda s: s.value_counts().index[0])
 
 
 def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:

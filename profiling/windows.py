@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profiling.structure import lane_codes, structure
+from profiling.structure import lane_codes, process_codes, structure
 from profiling.trace import LAUNCH_CATEGORIES, Trace
 
 FORWARD = "attn_fwd"
@@ -34,16 +34,19 @@ def annotation_windows(trace: Trace, name: str = FORWARD) -> pd.DataFrame:
     return ann[ann["name"] == name].sort_values("ts")
 
 
-def window_of(trace: Trace, windows: pd.DataFrame) -> np.ndarray:
+def window_of(trace: Trace, windows: pd.DataFrame, across_threads: bool = False) -> np.ndarray:
     """For each event, the position of the window on its lane that contains it, or -1.
 
     Windows on one lane must not overlap (forwards, profiler steps, one annotation name).
+    `across_threads` matches within the whole process instead: GPU work belongs to the window
+    that contains its launch on any thread, since the backward pass launches from autograd's
+    own thread (the TensorBoard plugin attributes steps the same way).
     """
     ev = trace.events
     inside = np.full(len(ev), -1, dtype=np.int64)
     if windows.empty:
         return inside
-    lanes = lane_codes(trace)
+    lanes = process_codes(trace) if across_threads else lane_codes(trace)
     ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
     window_lane = lanes[windows.index.to_numpy()]
     window_start, window_stop = windows["ts"].to_numpy(), windows["end"].to_numpy()
@@ -62,6 +65,7 @@ class WindowStats:
     """What happened inside the windows of one annotation (by default, the forwards)."""
 
     name: str
+    windows: pd.DataFrame  # the annotation events themselves, in time order (empty for the whole trace)
     count: int
     cpu_ms: float  # mean window duration on the host
     device_ms: float | None  # mean span of the GPU activity the window launched
@@ -95,6 +99,7 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
     ev = trace.events
     s = structure(trace)
     if name is None:
+        windows = ev.iloc[:0]
         where = np.zeros(len(ev), dtype=np.int64)
         count = 1 if len(ev) else 0
         cpu_ms = float((ev["end"].max() - ev["ts"].min()) / 1e3) if len(ev) else 0.0
@@ -113,8 +118,9 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         window=where[inside], depth=s.depth[inside], parent=parent_name[inside], compute=s.compute[inside]
     )
 
-    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & (where >= 0)]
-    launch_window = pd.Series(where[launches.index], index=launches["correlation"].to_numpy())
+    launched_in = window_of(trace, windows, across_threads=True) if name is not None else where
+    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & (launched_in >= 0)]
+    launch_window = pd.Series(launched_in[launches.index], index=launches["correlation"].to_numpy())
     launch_window = launch_window[~launch_window.index.duplicated()]
     gpu = trace.gpu_activity
     if name is not None:
@@ -129,6 +135,7 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         device_ms = float((spans["stop"] - spans["start"]).mean() / 1e3)
     return WindowStats(
         name=name or WHOLE_TRACE,
+        windows=windows,
         count=count,
         cpu_ms=cpu_ms,
         device_ms=device_ms,
@@ -166,9 +173,10 @@ def per_window(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
         .groupby("correlation")
         .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
     )
-    launches = ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (where >= 0)
+    launched_in = window_of(trace, windows, across_threads=True)
+    launches = ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (launched_in >= 0)
     work = launched.reindex(ev["correlation"].to_numpy()[launches])
-    w = where[launches]
+    w = launched_in[launches]
     found = work["n"].notna().to_numpy()
     ops = np.bincount(where[structure(trace).is_aten & (where >= 0)], minlength=n)
     first = pd.Series(work["start"].to_numpy()[found]).groupby(w[found]).min().reindex(range(n))

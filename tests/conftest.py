@@ -30,7 +30,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One real profiled run per CPU variant, shared by the tests that read them."""
     from attention import AttentionSpec
-    from profiling.runner import profile_attention
+    from profiling.pipeline import profile_attention
 
     out = tmp_path_factory.mktemp("runs")
     specs = {

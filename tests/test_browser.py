@@ -109,3 +109,78 @@ def test_diff_tab_compares_two_runs_of_this_session(page):
     table.get_by_text("status").first.wait_for(timeout=30_000)
     table.get_by_text("added").first.wait_for(timeout=30_000)  # the last two runs differ in their ops
     page.screenshot(path=str(ARTIFACTS / "diff.png"), full_page=True)
+
+
+PIXEL = "http://127.0.0.1:9/pixel.png"  # port 9 (discard): nothing answers, so a request would be the only trace
+HOSTILE = {
+    "img": f'<img src="{PIXEL}" onerror="alert(1)">',
+    "svg": '<svg><a href="javascript:alert(document.domain)"><text y="20">Open in Perfetto</text></a></svg>',
+    "link": "[Open in Perfetto](javascript:alert(1))",
+}
+
+
+def _hostile_trace(path):
+    """A trace whose op and kernel names are markup, reaching the insights, tables, hover and titles."""
+    import gzip
+    import json
+
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "dur": 2}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": HOSTILE["img"], "ts": 0, "dur": 50, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::clone", "ts": 1, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": HOSTILE["link"], "ts": 20, "dur": 20, "pid": 1, "tid": 1},
+        {**launch, "ts": 21, "args": {"correlation": 1}},
+        {**launch, "ts": 25, "args": {"correlation": 2}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "flash_fwd_kernel" + HOSTILE["svg"],
+            "ts": 30,
+            "dur": 40,
+            "pid": 0,
+            "tid": 7,
+            "args": {
+                "correlation": 1,
+                "device": 0,
+                "stream": 7,
+                "registers per thread": 255,
+                "block": [128, 1, 1],
+                "grid": [8, 1, 1],
+                "shared memory": 0,
+            },
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ampere_sgemm_" + HOSTILE["img"],
+            "ts": 80,
+            "dur": 10,
+            "pid": 0,
+            "tid": 7,
+            "args": {"correlation": 2, "device": 0, "stream": 7},
+        },
+    ]
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    return path
+
+
+def test_trace_names_are_never_markup(page, tmp_path):
+    requests = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.get_by_role("tab", name="Analyze a trace").click()
+    trace = _hostile_trace(tmp_path / "evil<b>name</b>.json.gz")
+    page.locator("#upload input[type=file]").set_input_files(str(trace))
+    page.get_by_role("button", name="Analyze", exact=True).click()
+    insights = page.locator("#analyze-insights")
+    insights.get_by_text("Hidden copy").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1_000)  # let the tables and the plot render too
+    text = insights.inner_text()
+    assert "Open in Perfetto](javascript:" in text and "<img" in text  # shown, as characters
+    assert page.locator("img[src*='pixel.png']").count() == 0
+    assert page.locator("a[href^='javascript']").count() == 0
+    assert page.locator("svg a").count() == 0 or all(
+        not (page.locator("svg a").nth(i).get_attribute("href") or "").startswith("javascript")
+        for i in range(page.locator("svg a").count())
+    )
+    assert not any("pixel.png" in url for url in requests)
+    page.screenshot(path=str(ARTIFACTS / "hostile.png"), full_page=True)

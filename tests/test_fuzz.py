@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attention import AttentionSpec, SpecError
-from profiling.analyze import analyze_trace
+from profiling.analysis import analyze
 from profiling.trace import TraceError, parse_trace
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -78,6 +78,6 @@ def test_arbitrary_json_is_a_trace_or_a_trace_error(document):
 def test_arbitrary_events_are_analyzed_or_skipped(body, bare):
     trace = parse_trace(json.dumps(body if bare else {"traceEvents": body}).encode())
     assert len(trace.events) + trace.skipped == len(body)
-    analysis = analyze_trace(trace)  # tables, windows and every insight rule, on junk
+    analysis = analyze(trace)  # tables, windows and every insight rule, on junk
     assert analysis.summary["events"] == len(trace.events)
     assert analysis.summary["kernel_events"] == int((trace.complete["cat"] == "kernel").sum())

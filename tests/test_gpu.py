@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attention import AttentionSpec
-from profiling.runner import profile_attention
+from profiling.pipeline import profile_attention
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 BLOG = dict(batch=8, heads=16, seq_len=1024, head_dim=64, dtype="bfloat16", device="cuda")

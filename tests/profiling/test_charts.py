@@ -3,7 +3,9 @@
 import json
 
 import pandas as pd
+import pytest
 
+from profiling.analysis import analyze
 from profiling.charts import compare_chart, sweep_chart, timeline
 from profiling.trace import load_trace, parse_trace
 from tests.conftest import DATA
@@ -15,7 +17,7 @@ def lanes(fig):
 
 def test_our_run_has_cpu_lanes_and_zooms_to_the_first_forward(cpu_runs):
     result = cpu_runs["naive"]
-    fig = timeline(result.trace)
+    fig = timeline(result.analysis)
     assert any(lane.startswith("CPU thread") for lane in lanes(fig))
     first = result.trace.complete.query("name == 'attn_fwd'").sort_values("ts").iloc[0]
     start, stop = fig.layout.xaxis.range
@@ -25,7 +27,7 @@ def test_our_run_has_cpu_lanes_and_zooms_to_the_first_forward(cpu_runs):
 
 
 def test_gpu_trace_has_stream_lanes_and_kernel_hover():
-    fig = timeline(load_trace(DATA / "a100_simple_add.json.gz"))
+    fig = timeline(analyze(load_trace(DATA / "a100_simple_add.json.gz")))
     assert any(lane.startswith("GPU 0 stream") for lane in lanes(fig))
     assert not any(lane in ("CPU thread 7", "CPU thread 20") for lane in lanes(fig))  # device syncs sit on GPU lanes
     kernel = next(t for t in fig.data if t.name == "kernel")
@@ -38,7 +40,7 @@ def test_large_trace_is_merged_and_says_so():
         for i in range(30_000)
     ]
     trace = parse_trace(json.dumps({"traceEvents": events}).encode())
-    fig = timeline(trace, max_bars=2000)
+    fig = timeline(analyze(trace), max_bars=2000)
     bars = sum(len(t.x) for t in fig.data)
     assert bars <= 2000
     assert "merged into" in fig.layout.title.text
@@ -82,7 +84,7 @@ def test_compare_and_sweep_charts():
 
 
 def test_step_chart_from_a_real_trace():
-    from profiling.analyze import analyze_file
+    from profiling.analysis import analyze_file
     from profiling.charts import window_chart
 
     fig = window_chart(analyze_file(DATA / "sampled_training_rank0.json.gz").steps)
@@ -116,6 +118,47 @@ def test_first_window_zoom_keeps_its_gpu_work_in_view():
         },
         {"ph": "X", "cat": "user_annotation", "name": "attn_fwd", "ts": 200, "dur": 10, "pid": 1, "tid": 1},
     ]
-    fig = timeline(parse_trace(json.dumps({"traceEvents": events}).encode()))
+    fig = timeline(analyze(parse_trace(json.dumps({"traceEvents": events}).encode())))
     start, stop = fig.layout.xaxis.range
     assert start < 0 < 0.1 <= stop < 0.2  # ms: the first forward and its kernel, not the second forward
+
+
+def test_forwards_are_shaded_and_steps_marked_where_the_trace_has_them(cpu_runs):
+    """One shaded rectangle per forward and one line per profiler step, at their own times."""
+    result = cpu_runs["naive"]
+    raw = [e for e in json.loads(result.trace_path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    t0 = min(e["ts"] for e in raw if e.get("name") and e.get("cat") != "Trace")
+    forwards = sorted(e["ts"] for e in raw if e.get("name") == "attn_fwd")
+    steps = sorted(e["ts"] for e in raw if str(e.get("name")).startswith("ProfilerStep#"))
+    fig = timeline(result.analysis)
+    rects = sorted(s.x0 for s in fig.layout.shapes if s.type == "rect")
+    lines = sorted(s.x0 for s in fig.layout.shapes if s.type == "line")
+    assert rects == pytest.approx([(ts - t0) / 1e3 for ts in forwards])
+    assert lines == pytest.approx([(ts - t0) / 1e3 for ts in steps])
+    assert len(rects) == 3 and len(lines) == 3
+
+
+def test_timeline_bars_are_the_events_at_their_times(cpu_runs):
+    """Every drawn bar starts and lasts as its event does (a small trace is drawn whole)."""
+    result = cpu_runs["inplace"]
+    raw = [
+        e
+        for e in json.loads(result.trace_path.read_text())["traceEvents"]
+        if e.get("ph") == "X" and e.get("name") and e.get("cat") != "Trace"
+    ]
+    t0 = min(e["ts"] for e in raw)
+    fig = timeline(result.analysis)
+    drawn = sorted(b for t in fig.data for b in t.base)
+    assert drawn == pytest.approx(sorted((e["ts"] - t0) / 1e3 for e in raw), abs=1e-4)
+    ops = next(t for t in fig.data if t.name == "cpu_op")
+    assert len(ops.x) == sum(e["cat"] == "cpu_op" for e in raw)
+
+
+def test_hover_shows_cpp_names_escaped_not_as_markup():
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "foo<float>", "ts": 0, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": '<img src="http://x/y.png">', "ts": 6, "dur": 5, "pid": 1, "tid": 1},
+    ]
+    fig = timeline(analyze(parse_trace(json.dumps({"traceEvents": events}).encode())))
+    hover = " ".join(fig.data[0].hovertext)
+    assert "foo&lt;float&gt;" in hover and "<img" not in hover and "&lt;img" in hover

@@ -9,11 +9,11 @@ from profiling.sweep import sweep
 
 
 def test_compare_runs_every_variant_and_explains_the_missing(tmp_path):
-    rows, results = compare(AttentionSpec(seq_len=128, device="cpu"), tmp_path)
+    rows = compare(AttentionSpec(seq_len=128, device="cpu"), tmp_path)
     by_name = {(r["variant"], r["backend"]): r for r in rows}
     assert ("naive", "auto") in by_name and ("sdpa", "flash") in by_name
     assert "only on CUDA" in by_name[("sdpa", "efficient")]["error"]
-    assert len(results) == len([r for r in rows if "error" not in r])
+    assert len(list(tmp_path.glob("*.json"))) == len([r for r in rows if "error" not in r])
     assert by_name[("naive", "auto")]["speedup_vs_naive"] == 1.0
     table = compare_table(rows)
     assert table.loc[table["run"] == "sdpa-cudnn", "what the trace revealed"].iloc[0].startswith("unavailable: ")
@@ -41,8 +41,8 @@ def test_diff_math_to_flash_removes_the_mask(cpu_runs):
 
 def test_sweep_stops_a_variant_before_the_guard_would_refuse_it(tmp_path):
     base = AttentionSpec(heads=2, head_dim=32, device="cpu")
-    naive_512 = base.estimated_bytes(seq_len=512)
-    flash_512 = base.replace(variant="sdpa", backend="flash").estimated_bytes(seq_len=512)
+    naive_512 = base.replace(seq_len=512).estimated_bytes()
+    flash_512 = base.replace(variant="sdpa", backend="flash", seq_len=512).estimated_bytes()
     budget = (naive_512 + flash_512) // 2  # naive outgrows it at 512, the fused kernel does not
     rows = sweep(base, [("naive", "auto"), ("sdpa", "flash")], [64, 256, 512], tmp_path, budget_bytes=budget)
     naive = [r for r in rows if r["run"] == "naive"]
@@ -56,3 +56,31 @@ def test_sweep_stops_a_variant_before_the_guard_would_refuse_it(tmp_path):
 def test_sweep_refuses_too_many_points(tmp_path):
     with pytest.raises(SpecError, match="^seq_lens:"):
         sweep(AttentionSpec(device="cpu"), [("naive", "auto")], list(range(1, 200)), tmp_path)
+
+
+def test_compare_and_sweep_share_one_time_limit(tmp_path):
+    """A comparison holds the device for one limit in all, not one per run."""
+    rows = compare(AttentionSpec(seq_len=64, device="cpu"), tmp_path, time_limit_s=0.0)
+    assert rows and all("time limit" in r["error"] for r in rows if "error" in r)
+    assert not list(tmp_path.glob("*.json"))
+    points = sweep(AttentionSpec(device="cpu"), [("naive", "auto")], [32, 64], tmp_path, time_limit_s=0.0)
+    assert [p["status"] for p in points] == ["stopped"] and "time limit" in points[0]["reason"]
+
+
+def test_sweep_names_its_limits(tmp_path):
+    with pytest.raises(SpecError, match=r"^seq_lens: give 1 to 32 seq_len values for 2 variant\(s\)"):
+        sweep(AttentionSpec(device="cpu"), [("naive", "auto"), ("inplace", "auto")], list(range(1, 40)), tmp_path)
+    with pytest.raises(SpecError, match="^variants: give at least one"):
+        sweep(AttentionSpec(device="cpu"), [], [64], tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("per_forward_ops", {"aten::mm": float("nan")}), ("per_forward_ops", ["x"]), ("peak_memory_bytes", "big")],
+)
+def test_diff_refuses_wrong_typed_fields_by_name(cpu_runs, field, value):
+    from profiling.diff import DiffError
+
+    bad = {**cpu_runs["naive"].summary, field: value}
+    with pytest.raises(DiffError, match=f"^after: {field}"):
+        diff_summaries(cpu_runs["naive"].summary, bad)

@@ -1,6 +1,6 @@
 """Each insight rule, on a real run or a real trace."""
 
-from profiling.analyze import analyze_file
+from profiling.analysis import analyze_file
 from profiling.insights import RULES
 from tests.conftest import DATA
 

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from attention import AttentionSpec, SpecError
-from profiling.runner import ACTIVE, RunError, profile_attention
+from profiling.pipeline import profile_attention
+from profiling.runner import ACTIVE, RunError
 from profiling.summary import SUMMARY_KEYS
 from profiling.windows import FORWARD
 
@@ -96,10 +97,10 @@ def test_time_limit_is_reported(tmp_path):
 
 
 def test_out_of_memory_is_caught_and_the_next_run_works(tmp_path, monkeypatch):
-    import attention.spec
+    import attention.support
 
     # Claim a machine with an exabyte free so the guard lets an impossible shape through to the allocator.
-    monkeypatch.setattr(attention.spec, "available_bytes", lambda device: 2**60)
+    monkeypatch.setattr(attention.support, "available_bytes", lambda device: 2**60)
     huge = AttentionSpec(variant="inplace", batch=512, heads=256, seq_len=131072, head_dim=64, device="cpu")
     with pytest.raises(RunError, match="^out of CPU memory for 512x256x131072x64 float32"):
         profile_attention(huge, tmp_path)

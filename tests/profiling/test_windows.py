@@ -2,7 +2,7 @@
 
 import pytest
 
-from profiling.analyze import analyze_file
+from profiling.analysis import analyze_file
 from profiling.structure import nest
 from profiling.trace import load_trace, parse_trace
 from profiling.windows import annotation_windows, per_window, window_stats

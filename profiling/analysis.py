@@ -1,0 +1,101 @@
+"""One analysis for every trace: our own runs and uploads go through `analyze(trace, run)`.
+
+It builds every table, insight and summary once; charts and the app only show its results.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from profiling.insights import Insight, find_insights
+from profiling.runner import Measurement
+from profiling.step_breakdown import step_breakdown
+from profiling.summary import RunSummary, TraceSummary, run_summary, trace_summary
+from profiling.tables import kernel_table, op_table_from_trace
+from profiling.trace import Trace, load_trace
+from profiling.windows import FORWARD, WindowStats, annotations, step_table, window_stats, window_table
+
+# A step number of more digits is not a profiler step (and would pass Python's int digit limit).
+STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")
+MAX_ANNOTATIONS = 30  # annotation names in the annotations table, the longest in total first
+MAX_STEPS = 500  # rows of the steps table; the summary still counts every step
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class Analysis:
+    """Everything shown about one trace."""
+
+    trace: Trace
+    forwards: WindowStats | None  # the `attn_fwd` windows, where the trace has them
+    step_windows: pd.DataFrame  # the profiler steps' annotation events, in time order
+    op_table: pd.DataFrame
+    kernel_table: pd.DataFrame
+    steps: pd.DataFrame
+    annotations: pd.DataFrame
+    insights: list[Insight]
+    summary: RunSummary | TraceSummary
+
+
+def step_names(trace: Trace) -> tuple[list[str], list[str]]:
+    """Profiler step names in step order (at most MAX_STEPS), and the other annotation names by total time."""
+    marks = annotations(trace)
+    by_time = marks.groupby("name")["dur"].sum().sort_values(ascending=False)
+    numbered = {name: int(m.group(1)) for name in by_time.index if (m := STEP.match(name))}
+    steps = sorted(numbered, key=numbered.__getitem__)
+    others = [name for name in by_time.index if name not in numbered]
+    return steps, others
+
+
+def analyze(trace: Trace, run: Measurement | None = None, progress: Progress | None = None) -> Analysis:
+    """Tables, insights and the summary of `trace`; `run` adds what our runner measured beside it."""
+    report = progress or (lambda fraction, message: None)
+    steps, others = step_names(trace)
+    report(0.1, "finding the forwards")
+    has_forwards = FORWARD in others
+    device = run.spec.device if run else None
+    forwards = window_stats(trace, FORWARD, device) if has_forwards else None
+    scope = forwards or window_stats(trace, None, device)
+    report(0.3, "building the kernel and op tables")
+    kernels = kernel_table(trace, forwards)
+    ops = op_table_from_trace(trace, with_annotations=run is not None)
+    report(0.6, "finding insights")
+    insights = find_insights(trace, scope, kernels, run.spec if run else None, run.unprofiled_ms if run else None)
+    report(0.8, "per-step and per-annotation tables")
+    marks = annotations(trace)
+    step_windows = marks[marks["name"].isin(steps[:MAX_STEPS])].sort_values("ts")
+    breakdown = step_breakdown(trace)
+    summary: RunSummary | TraceSummary = (
+        run_summary(run, trace, scope, ops, insights)
+        if run
+        else trace_summary(trace, forwards, len(steps), len(steps) + len(others), insights, breakdown)
+    )
+    return Analysis(
+        trace=trace,
+        forwards=forwards,
+        step_windows=step_windows,
+        op_table=ops,
+        kernel_table=kernels,
+        steps=with_breakdown(step_table(trace, step_windows), breakdown.per_step),
+        annotations=window_table(trace, others[:MAX_ANNOTATIONS]),
+        insights=insights,
+        summary=summary,
+    )
+
+
+def with_breakdown(steps: pd.DataFrame, per_step: pd.DataFrame) -> pd.DataFrame:
+    """The steps table with each step's plugin-defined time and breakdown (µs) beside it."""
+    if per_step.empty:
+        return steps
+    return steps.merge(per_step, on="step", how="left")
+
+
+def analyze_file(path: str | Path, progress: Progress | None = None) -> Analysis:
+    """Load and analyze a `.json` or `.json.gz` trace. Raises TraceError for a bad file."""
+    return analyze(load_trace(path), progress=progress)

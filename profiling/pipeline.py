@@ -1,0 +1,76 @@
+"""Measure, then analyze: one profiled run from spec to tables, insights and summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from attention import AttentionSpec
+from profiling.analysis import Analysis, analyze
+from profiling.insights import Insight
+from profiling.runner import Measurement, Progress, measure
+from profiling.summary import RunSummary
+from profiling.trace import Trace, load_trace
+
+MEASURE_SHARE = 0.85  # of the progress bar; the analysis takes the rest
+
+
+@dataclass
+class RunResult:
+    """A run's measurement and the analysis of its trace."""
+
+    measurement: Measurement
+    analysis: Analysis
+
+    @property
+    def spec(self) -> AttentionSpec:
+        return self.measurement.spec
+
+    @property
+    def trace(self) -> Trace:
+        return self.analysis.trace
+
+    @property
+    def summary(self) -> RunSummary:
+        return self.analysis.summary  # type: ignore[return-value]
+
+    @property
+    def insights(self) -> list[Insight]:
+        return self.analysis.insights
+
+    @property
+    def op_table(self) -> pd.DataFrame:
+        return self.analysis.op_table
+
+    @property
+    def kernel_table(self) -> pd.DataFrame:
+        return self.analysis.kernel_table
+
+    @property
+    def trace_path(self) -> Path:
+        return self.measurement.trace_path
+
+    @property
+    def table_path(self) -> Path:
+        return self.measurement.table_path
+
+
+def profile_attention(
+    spec: AttentionSpec,
+    trace_dir: str | Path,
+    progress: Progress | None = None,
+    time_limit_s: float | None = None,
+) -> RunResult:
+    """Profile `spec` (see `runner.measure`), then analyze the trace it wrote."""
+    report = progress or (lambda fraction, message: None)
+    measured = measure(spec, trace_dir, lambda f, m: report(MEASURE_SHARE * f, m), time_limit_s)
+    report(MEASURE_SHARE, "reading the trace")
+    analysis = analyze(
+        load_trace(measured.trace_path),
+        measured,
+        lambda f, m: report(MEASURE_SHARE + (1 - MEASURE_SHARE) * f, m),
+    )
+    report(1.0, "done")
+    return RunResult(measured, analysis)
