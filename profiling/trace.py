@@ -1,34 +1,43 @@
 """Load any Chrome trace written by torch.profiler (Kineto) into one columnar event table.
 
-The same reader serves our own runs and user uploads, so it is defensive: gzip is inflated
-in a stream with a hard limit, and events with missing or wrong-typed fields are skipped
-and counted instead of crashing the analysis.
+The same reader serves our own runs and user uploads, so it is defensive: `profiling/reader.py`
+streams the bytes into columns within hard limits, events with missing or wrong-typed fields are
+skipped and counted, and category spellings of every Kineto vintage are normalised here, once.
 """
 
 from __future__ import annotations
 
-import gc
-import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-try:  # orjson parses traces several times faster; the stdlib keeps the CLI working without it
-    import orjson
+from profiling.reader import (
+    COLUMNS,
+    MAX_INFLATED_BYTES,
+    MAX_UPLOAD_BYTES,
+    NUMERIC_ARGS,
+    OBJECT_ARGS,
+    Limits,
+    Progress,
+    RawTrace,
+    TraceError,
+    read_path,
+    read_text,
+)
 
-    _loads, _JSONError = orjson.loads, orjson.JSONDecodeError
-except ImportError:  # pragma: no cover - exercised on bare GPU images
-    import json
-
-    _loads, _JSONError = json.loads, json.JSONDecodeError  # type: ignore[assignment]
-
-MAX_FILE_BYTES = 100 * 1024**2  # on disk, compressed or not
-MAX_JSON_BYTES = 400 * 1024**2  # after inflating; a gzip bomb stops here
-CHUNK_BYTES = 1024**2
+__all__ = [
+    "COLUMNS",
+    "MAX_INFLATED_BYTES",
+    "MAX_UPLOAD_BYTES",
+    "NUMERIC_ARGS",
+    "OBJECT_ARGS",
+    "Trace",
+    "TraceError",
+    "load_trace",
+    "parse_trace",
+]
 
 # Device-side activity: what a GPU ran. Kineto writes the same categories for CUDA and ROCm.
 GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -67,30 +76,6 @@ CATEGORY_SPELLINGS: tuple[tuple[str, str, str], ...] = (
 _CANONICAL_CATEGORY = {spelling.lower(): canonical for spelling, canonical, _ in CATEGORY_SPELLINGS}
 # torch.profiler's step marker; torch 1.8-1.9 recorded it as an `Operator`, later as a `user_annotation`.
 STEP_PREFIX = "ProfilerStep#"
-# args key spellings: the older one on the left (torch 1.8-1.9), the one the analysis reads on the right.
-ARG_SPELLINGS = {"external id": "External id", "Input dims": "Input Dims"}
-
-# args keys lifted into columns, with their column names: the only ones the analysis reads.
-NUMERIC_ARGS = {
-    "correlation": "correlation",
-    "External id": "external_id",
-    "stream": "stream",
-    "device": "device",
-    "registers per thread": "registers",
-    "shared memory": "shared_memory",
-    "est. achieved occupancy %": "occupancy",
-    "blocks per SM": "blocks_per_sm",
-    "bytes": "bytes",
-    "Total Allocated": "total_allocated",
-    "Bytes": "alloc_bytes",
-    "Device Type": "device_type",
-}
-OBJECT_ARGS = {"grid": "grid", "block": "block", "Input Dims": "input_dims", "Input type": "input_type"}
-COLUMNS = ["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", *NUMERIC_ARGS.values(), *OBJECT_ARGS.values()]
-
-
-class TraceError(ValueError):
-    """A trace that cannot be read. The message says what is wrong and what is allowed."""
 
 
 @dataclass
@@ -135,151 +120,45 @@ class Trace:
         return list(dict.fromkeys(found)) or ["cpu"]
 
 
-def read_bytes(path: str | Path, max_file_bytes: int = MAX_FILE_BYTES, max_json_bytes: int = MAX_JSON_BYTES) -> bytes:
-    """The trace's JSON text, inflating gzip in a stream that stops at `max_json_bytes`."""
+def load_trace(path: str | Path, progress: Progress | None = None, **limits: int) -> Trace:
+    """Read a `.json` or `.json.gz` Chrome trace from disk; `limits` override fields of `reader.Limits`.
+
+    `progress(fraction, message)` hears the bytes read out of the file's size as it streams.
+    """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise TraceError(f"trace: cannot read {path.name}: {exc.strerror}") from None
-    if size > max_file_bytes:
-        raise TraceError(
-            f"trace: the file is {size / 1024**2:.1f} MiB; the limit is {max_file_bytes / 1024**2:.0f} MiB"
-        )
-    with path.open("rb") as f:
-        head = f.read(2)
-        f.seek(0)
-        if head != b"\x1f\x8b":
-            return f.read()
-        return _inflate(f, max_json_bytes)
+    return _trace(read_path(path, Limits(**limits), progress), source=path.name)
 
 
-def _inflate(f: Any, limit: int) -> bytes:
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = bytearray()
-    try:
-        while chunk := f.read(CHUNK_BYTES):
-            # max_length bounds each step, so a bomb never inflates past the limit in memory.
-            data = chunk
-            while data:
-                out += inflater.decompress(data, limit + 1 - len(out))
-                if len(out) > limit:
-                    raise TraceError(
-                        f"trace: inflates to more than {limit / 1024**2:.0f} MiB of JSON (the limit); "
-                        "is it a gzip bomb? Trim the trace or profile fewer steps"
-                    )
-                data = inflater.unconsumed_tail
-            if inflater.eof:
-                break
-    except zlib.error as exc:
-        raise TraceError(f"trace: the gzip data is corrupt ({exc})") from None
-    if not inflater.eof:
-        raise TraceError("trace: the gzip file is truncated; upload the whole .json.gz")
-    return bytes(out)
+def parse_trace(data: bytes, source: str = "trace", **limits: int) -> Trace:
+    """Parse Chrome-trace JSON text (or its gzip): an object with `traceEvents`, or a bare list of events."""
+    return _trace(read_text(data, Limits(**limits), source), source=source)
 
 
-@contextmanager
-def _no_gc() -> Any:
-    # Parsing builds millions of small objects and no cycles; the cyclic collector would
-    # rescan them again and again and make parse time grow faster than the trace.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def load_trace(path: str | Path, **limits: int) -> Trace:
-    """Read a `.json` or `.json.gz` Chrome trace from disk."""
-    return parse_trace(read_bytes(path, **limits), source=Path(path).name)
-
-
-def parse_trace(data: bytes, source: str = "trace") -> Trace:
-    """Parse Chrome-trace JSON text: an object with `traceEvents`, or a bare list of events."""
-    with _no_gc():
-        try:
-            document = _loads(data)
-        except (_JSONError, UnicodeDecodeError) as exc:
-            raise TraceError(f"trace: {source} is not valid JSON ({exc})") from None
-        return _document_to_trace(document, source)
-
-
-def _document_to_trace(document: Any, source: str) -> Trace:
-    if isinstance(document, list):
-        raw_events, metadata = document, {}
-    elif isinstance(document, dict):
-        if "traceEvents" not in document:
-            raise TraceError(f"trace: {source} is JSON but has no `traceEvents`; is it a torch.profiler trace?")
-        raw_events = document["traceEvents"]
-        metadata = {k: v for k, v in document.items() if k != "traceEvents"}
-        if not isinstance(raw_events, list):
-            raise TraceError(f"trace: `traceEvents` must be a list, got {type(raw_events).__name__}")
-    else:
-        raise TraceError(f"trace: {source} must hold a JSON object or list, got {type(document).__name__}")
-    properties = metadata.get("deviceProperties")
-    properties = [p for p in properties if isinstance(p, dict)] if isinstance(properties, list) else []
-    events, skipped = _event_table(raw_events)
-    return Trace(events=events, device_properties=properties, metadata=metadata, skipped=skipped, source=source)
-
-
-def _event_table(raw_events: list[Any]) -> tuple[pd.DataFrame, int]:
-    dicts = [e for e in raw_events if type(e) is dict]
-    skipped = len(raw_events) - len(dicts)
-    frame = pd.DataFrame(dicts, columns=["name", "cat", "ph", "ts", "dur", "pid", "tid", "args"])
-    for column in ("name", "cat", "ph"):
-        good = frame[column].map(type).eq(str)
-        frame[column] = frame[column].where(good, "")
-    frame["cat"] = canonical_categories(frame["cat"], frame["name"])
-    frame["ts"] = _numeric(frame["ts"])
-    frame["dur"] = _numeric(frame["dur"])
-    is_complete = frame["ph"].eq("X")
-    # Metadata ("M") events carry no time; every other usable event needs a finite start,
-    # and a duration event also a non-negative duration.
-    usable = frame["ph"].eq("M") | (frame["ts"].notna() & (~is_complete | frame["dur"].ge(0)))
-    usable &= frame["name"].ne("") | ~is_complete
-    skipped += int((~usable).sum())
-    frame = frame[usable].reset_index(drop=True)
-    frame["dur"] = frame["dur"].where(frame["ph"].eq("X"), 0.0).fillna(0.0)
-    frame["end"] = frame["ts"] + frame["dur"]
-    for column in ("pid", "tid"):
-        frame[column] = frame[column].map(_lane_id).astype(str)  # str even when empty
-    args = pd.DataFrame(
-        [_respelled(a) if type(a) is dict else {} for a in frame["args"]],
-        columns=[*NUMERIC_ARGS, *OBJECT_ARGS],
-    )
-    for key, column in NUMERIC_ARGS.items():
-        frame[column] = _numeric(args[key]).to_numpy()
-    for key, column in OBJECT_ARGS.items():
-        frame[column] = args[key].to_numpy()
-    return frame[COLUMNS], skipped
+def _trace(raw: RawTrace, source: str) -> Trace:
+    events = pd.DataFrame(raw.columns, columns=COLUMNS)
+    events["cat"] = canonical_categories(events["cat"], events["name"])
+    properties = device_properties(raw.metadata.get("deviceProperties"))
+    return Trace(events=events, device_properties=properties, metadata=raw.metadata, skipped=raw.skipped, source=source)
 
 
 def canonical_categories(cat: pd.Series, name: pd.Series) -> pd.Series:
     """Categories in today's spelling (CATEGORY_SPELLINGS); a step recorded as an op becomes an annotation."""
-    unique = pd.unique(cat)  # a handful of spellings per trace: look each up once
-    mapping = {c: _CANONICAL_CATEGORY.get(c.lower(), c) for c in unique}
+    mapping = {c: _CANONICAL_CATEGORY.get(c.lower(), c) for c in pd.unique(cat)}  # a handful per trace
     canonical = cat.map(mapping)
     # The analysis finds profiler steps among user annotations, as torch >= 1.10 records them.
     is_step = canonical.eq("cpu_op") & name.str.startswith(STEP_PREFIX)
     return canonical.mask(is_step, "user_annotation")
 
 
-def _respelled(args: dict[str, Any]) -> dict[str, Any]:
-    # Only old traces carry an old spelling; the current one wins where both appear.
-    for old, new in ARG_SPELLINGS.items():
-        if old in args and new not in args:
-            args = {**args, new: args[old]}
-    return args
-
-
-def _numeric(column: pd.Series) -> pd.Series:
-    # Booleans and strings are not times or ids: coerce them to NaN rather than to 1 or 0.
-    kind = column.map(type)
-    ok = kind.isin((int, float))
-    return pd.to_numeric(column.where(ok), errors="coerce").astype("float64").replace([np.inf, -np.inf], np.nan)
-
-
-def _lane_id(value: Any) -> str:
-    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "?"
+def device_properties(value: Any) -> list[dict[str, Any]]:
+    """`deviceProperties`, checked: a list of objects whose `id`, where given, is a whole number."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TraceError(f"trace: `deviceProperties` must be a list of objects, got {type(value).__name__}")
+    for i, device in enumerate(value):
+        if not isinstance(device, dict):
+            raise TraceError(f"trace: `deviceProperties[{i}]` must be an object, got {type(device).__name__}")
+        if "id" in device and type(device["id"]) is not int:
+            raise TraceError(f"trace: `deviceProperties[{i}].id` must be a whole number, got {device['id']!r:.40}")
+    return value

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
+import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from profiling.trace import CATEGORY_SPELLINGS, NUMERIC_ARGS, OBJECT_ARGS, load_trace
+from profiling.reader import MAX_DEPTH, MiB
+from profiling.trace import CATEGORY_SPELLINGS, NUMERIC_ARGS, OBJECT_ARGS, TraceError, load_trace, parse_trace
 from tests.conftest import DATA
 
 VINTAGES = DATA / "vintages"
@@ -148,3 +153,131 @@ def test_nanosecond_traces_keep_microseconds():
     assert list(trace.events["ts"]) == [e["ts"] for e in raw["traceEvents"]]
     assert list(trace.events["dur"]) == [e["dur"] for e in raw["traceEvents"]]
     assert trace.metadata["displayTimeUnit"] == "ns"
+
+
+# --- hostile input (issue 10) --------------------------------------------------------------------
+
+
+def _in_worker_thread(read: Any) -> BaseException | None:
+    """Run `read` in a thread with the default stack, as Gradio's workers are; return what it raised."""
+    outcome: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            read()
+        except BaseException as exc:  # handed to the test, which checks its type
+            outcome[0] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    return outcome[0]
+
+
+def _nested(levels: int, kind: str) -> bytes:
+    opener, closer = (b'{"a":', b"}") if kind == "objects" else (b"[", b"]")
+    return opener * levels + b"1" + closer * levels
+
+
+def _deep_document(levels: int, kind: str, where: str) -> bytes:
+    inner = _nested(levels, kind)
+    if where == "top level":
+        return inner
+    return b'{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"a": ' + inner + b"}}]}"
+
+
+@pytest.mark.parametrize("levels", [10**5, 10**6])
+@pytest.mark.parametrize("kind", ["objects", "lists"])
+@pytest.mark.parametrize("where", ["args", "top level"])
+def test_deep_nesting_is_refused_in_a_worker_thread(levels, kind, where):
+    data = _deep_document(levels, kind, where)
+    error = _in_worker_thread(lambda: parse_trace(data))
+    assert isinstance(error, TraceError)
+    assert str(error) == f"trace: nested deeper than {MAX_DEPTH} levels; not a torch.profiler trace"
+
+
+def test_nesting_within_the_cap_is_read():
+    dims = json.loads(_nested(MAX_DEPTH - 5, "lists"))
+    event = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "args": {"Input Dims": dims}}
+    trace = parse_trace(json.dumps({"traceEvents": [event]}).encode())
+    assert trace.events["input_dims"].iloc[0] == dims
+
+
+def test_event_cap_names_the_count_and_the_cap():
+    events = b",".join([b'{"ph": "i", "name": "x", "pid": 1, "tid": 1, "ts": 1}'] * 1000)
+    with pytest.raises(TraceError, match=r"more than 999 events \(the cap\)"):
+        parse_trace(b'{"traceEvents": [' + events + b"]}", events=999)
+
+
+def test_tiny_events_are_refused_before_they_fill_memory():
+    tiny = b'{"ph":"M"},' * 300_000  # 11 bytes per event; real ones take 96 and more
+    with pytest.raises(TraceError, match=r"events in .* average 11 bytes; torch.profiler events take over 48"):
+        parse_trace(b"[" + tiny + b'{"ph":"M"}]')
+
+
+def test_an_event_over_the_size_cap_is_refused():
+    big = b'{"ph": "X", "name": "' + b"n" * (2 * MiB) + b'", "ts": 1, "dur": 1}'
+    with pytest.raises(TraceError, match=r"event 1 is larger than 1 MiB \(the cap per event\)"):
+        parse_trace(b'{"traceEvents": [{"ph": "M"}, ' + big + b"]}", event_bytes=MiB)
+
+
+@pytest.mark.parametrize(
+    ("properties", "message"),
+    [
+        ('{"id": "x", "name": "GPU"}', r"`deviceProperties\[0\].id` must be a whole number, got 'x'"),
+        ('{"id": [0], "name": "GPU"}', r"`deviceProperties\[0\].id` must be a whole number, got \[0\]"),
+        ("[0, 1]", r"`deviceProperties\[0\]` must be an object, got list"),
+    ],
+)
+def test_bad_device_properties_name_the_field(properties, message):
+    data = f'{{"deviceProperties": [{properties}], "traceEvents": []}}'.encode()
+    with pytest.raises(TraceError, match=message):
+        parse_trace(data)
+
+
+def test_device_properties_that_are_not_a_list():
+    with pytest.raises(TraceError, match="`deviceProperties` must be a list of objects, got dict"):
+        parse_trace(b'{"deviceProperties": {"id": 0}, "traceEvents": []}')
+
+
+def test_dev_zero_is_refused_at_once():
+    start = time.perf_counter()
+    with pytest.raises(TraceError, match="not valid JSON: it starts with"):
+        load_trace("/dev/zero")
+    assert time.perf_counter() - start < 5
+
+
+def test_a_pipe_is_counted_as_it_arrives(tmp_path):
+    fifo = tmp_path / "upload.json"
+    os.mkfifo(fifo)
+    event = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1},'
+    stop = threading.Event()
+
+    def endless_writer() -> None:  # a trace that never ends: st_size says 0
+        with contextlib.suppress(BrokenPipeError), fifo.open("wb") as f:
+            f.write(b'{"traceEvents": [')
+            while not stop.is_set():
+                f.write(event * 1000)
+
+    writer = threading.Thread(target=endless_writer, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(TraceError, match=r"upload.json holds more than 4 MiB \(the limit\)"):
+            load_trace(fifo, upload_bytes=4 * MiB)
+    finally:
+        stop.set()
+        writer.join(timeout=10)
+
+
+def test_a_directory_is_not_a_trace(tmp_path):
+    with pytest.raises(TraceError, match=f"cannot read {tmp_path.name}: Is a directory"):
+        load_trace(tmp_path)
+
+
+def test_progress_reports_bytes_read_out_of_the_size():
+    heard: list[tuple[float, str]] = []
+    load_trace(RESNET, progress=lambda fraction, message: heard.append((fraction, message)))
+    fractions = [f for f, _ in heard]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) > 1
+    size = RESNET.stat().st_size
+    assert heard[-1][1] == f"reading the trace: {size / MiB:.1f} MiB of {size / MiB:.1f} MiB"

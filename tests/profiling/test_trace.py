@@ -100,17 +100,18 @@ def test_corrupt_gzip(tmp_path):
 def test_gzip_bomb_stops_at_the_limit(tmp_path):
     path = tmp_path / "bomb.json.gz"
     with gzip.open(path, "wb", compresslevel=9) as f:
-        f.write(b'{"traceEvents": [' + b" " * (64 * 1024**2))  # 64 MiB of spaces, ~64 KiB on disk
-    assert path.stat().st_size < 200_000
+        event = b'{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": {"Bytes": 4}},'
+        f.write(b'{"traceEvents": [' + event * (64 * 1024**2 // len(event)))  # 64 MiB, ~200 KiB on disk
+    assert path.stat().st_size < 400_000
     with pytest.raises(TraceError, match=r"inflates to more than 8 MiB of JSON \(the limit\)"):
-        load_trace(path, max_json_bytes=8 * 1024**2)
+        load_trace(path, inflated_bytes=8 * 1024**2)
 
 
 def test_file_over_the_size_limit(tmp_path):
     path = tmp_path / "big.json"
     path.write_bytes(b" " * 2048)
-    with pytest.raises(TraceError, match=r"the limit is 0 MiB"):
-        load_trace(path, max_file_bytes=1024)
+    with pytest.raises(TraceError, match=r"the file is 2,048 bytes; the limit is 1,024 bytes"):
+        load_trace(path, upload_bytes=1024)
 
 
 def test_missing_file(tmp_path):
