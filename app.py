@@ -375,6 +375,14 @@ def _diff_picked(history: list[dict], before: int | None, after: int | None) -> 
     return diff_summaries(history[before], history[after])
 
 
+def _overview(summary: dict, steps: Any) -> tuple:
+    """Analyze's Overview, drawn from outputs /analyze already returned (its outputs keep their order)."""
+    from profiling.charts import idle_chart, step_breakdown_chart
+    from profiling.markdown import gpu_card
+
+    return gpu_card(summary), step_breakdown_chart(steps), idle_chart(summary.get("idle_breakdown_us"))
+
+
 @dataclass
 class Shape:
     """The shape controls shared by the Profile, Compare and Sweep tabs."""
@@ -512,6 +520,10 @@ def _analyze_tab() -> None:
     )
     upload = gr.File(label="trace (.json or .json.gz)", file_types=[".json", ".gz"], elem_id="upload")
     button = gr.Button("Analyze", variant="primary")
+    with gr.Row(equal_height=False):
+        gpu = gr.Markdown(elem_id="gpu-card", latex_delimiters=[])
+        idle_plot = gr.Plot(label="GPU idle time", elem_id="idle-chart")
+    breakdown_plot = gr.Plot(label="step time breakdown", elem_id="breakdown-chart")
     insights = gr.Markdown(label="insights", elem_id="analyze-insights", latex_delimiters=[])
     summary = gr.JSON(label="summary")
     timeline_plot = gr.Plot(label="timeline")
@@ -528,7 +540,7 @@ def _analyze_tab() -> None:
         api_name="analyze",
         concurrency_id="analyze",
         concurrency_limit=2,
-    )
+    ).success(_overview, [summary, steps], [gpu, breakdown_plot, idle_plot], api_visibility="private")
 
 
 def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
@@ -564,11 +576,11 @@ def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
 
 
 if __name__ == "__main__":
-    from profiling.trace import MAX_FILE_BYTES
+    from profiling.reader import MAX_UPLOAD_BYTES
 
     build_demo().launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         mcp_server=True,
-        max_file_size=MAX_FILE_BYTES,
+        max_file_size=MAX_UPLOAD_BYTES,  # Gradio refuses a bigger upload before it is stored
     )

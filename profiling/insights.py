@@ -203,7 +203,7 @@ def _cuda_core_gemms(ev: Evidence) -> Finding | None:
         return None
     return Finding(
         "FP32 math, no tensor cores",
-        f"{len(fp32)} GEMM kernel(s) run on CUDA cores ({short(fp32[0])})"
+        f"{len(fp32)} GEMM/convolution kernel(s) run on CUDA cores ({short(fp32[0])})"
         + (f" although the inputs are {ev.dtype}." if ev.dtype else "."),
         {"kernels": fp32},
     )

@@ -44,6 +44,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(r"fmha_cutlassF_\w*_aligned", "efficient-attention", "aligned loads (head_dim a multiple of 8)"),
     Pattern(r"fmha_cutlassF_\w*_rf_", "efficient-attention", "rf: output accumulated in the register file"),
+    Pattern(r"scudnn", "conv", "FP32 cuDNN convolution (CUDA cores, no tensor cores)", False),
     Pattern(r"(?P<mma>[sh]16816|s1688|h1688|s884|h884)", "gemm", "tensor-core MMA {mma} (bf16/fp16 inputs)", True),
     Pattern(r"wgmma|hgmma|_gmma_", "gemm", "Hopper warpgroup MMA (wgmma) on tensor cores", True),
     Pattern(r"nvjet", "gemm", "cuBLAS nvjet GEMM (Hopper+)", True),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import string
+from typing import Any
 
 from profiling.insights import Insight
 
@@ -28,3 +29,30 @@ def insights_markdown(insights: list[Insight]) -> str:
     if not insights:
         return NO_INSIGHT
     return "\n".join(f"- **{escape(i.title)}**: {escape(i.detail)}" for i in insights)
+
+
+GPU_CARD_FIELDS = (
+    ("GPU utilization", "gpu_utilization_percent", "%"),
+    ("Est. SM efficiency", "sm_efficiency_percent", "%"),
+    ("Est. achieved occupancy", "achieved_occupancy_percent", "%"),
+    ("Tensor-core time", "tensor_core_time_percent", "%"),
+    ("Average step", "average_step_time_us", " µs"),
+    ("GPU idle (merged)", "idle_time_us", " µs"),
+)
+
+
+def gpu_card(summary: dict[str, Any]) -> str:
+    """The Overview's GPU card: the device, then each metric the trace has evidence for."""
+    name = summary.get("gpu_name")
+    lines = [f"### {escape(name) if name else 'GPU: not described in this trace'}"]
+    memory, capability = summary.get("gpu_memory_bytes"), summary.get("compute_capability")
+    facts = [f"{memory / 1024**3:.1f} GiB"] if isinstance(memory, (int, float)) else []
+    facts += [f"compute capability {escape(capability)}"] if capability else []
+    if facts:
+        lines.append(" · ".join(facts))
+    for label, key, unit in GPU_CARD_FIELDS:
+        value = summary.get(key)
+        lines.append(
+            f"- **{label}**: " + (f"{value:,.2f}{unit}" if isinstance(value, (int, float)) else "n/a (no evidence)")
+        )
+    return "\n".join(lines)

@@ -86,7 +86,7 @@ class TraceSummary(TypedDict):
     gpus: list[dict[str, Any]]
     # Steps by the plugin's rules (profiling/step_breakdown.py), idle time by HTA's (profiling/idle_time.py).
     average_step_time_us: float | None
-    step_breakdown_us: dict[str, float]
+    step_breakdown_us: dict[str, float] | None
     idle_time_us: float | None
     idle_breakdown_us: dict[str, dict[str, float]] | None
 
@@ -178,7 +178,7 @@ def trace_summary(
         ops_per_forward=forwards.ops_per_window if forwards else None,
         **gpu_metrics(trace),
         average_step_time_us=breakdown.average_step_time_us,
-        step_breakdown_us=breakdown.breakdown_us,
+        step_breakdown_us=breakdown.breakdown_us or None,
         **idle_time(trace),
     )
 
