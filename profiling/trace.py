@@ -76,6 +76,9 @@ CATEGORY_SPELLINGS: tuple[tuple[str, str, str], ...] = (
 _CANONICAL_CATEGORY = {spelling.lower(): canonical for spelling, canonical, _ in CATEGORY_SPELLINGS}
 # torch.profiler's step marker; torch 1.8-1.9 recorded it as an `Operator`, later as a `user_annotation`.
 STEP_PREFIX = "ProfilerStep#"
+# The other `record_function` ranges torch itself opens, which torch 1.8-1.9 also recorded as an
+# `Operator`: the optimizer's step and zero_grad, and the DataLoader's next(). Annotations, not ops.
+ANNOTATION_PREFIXES = (STEP_PREFIX, "Optimizer.", "enumerate(DataLoader)#")
 
 
 @dataclass
@@ -145,9 +148,9 @@ def canonical_categories(cat: pd.Series, name: pd.Series) -> pd.Series:
     """Categories in today's spelling (CATEGORY_SPELLINGS); a step recorded as an op becomes an annotation."""
     mapping = {c: _CANONICAL_CATEGORY.get(c.lower(), c) for c in pd.unique(cat)}  # a handful per trace
     canonical = cat.map(mapping)
-    # The analysis finds profiler steps among user annotations, as torch >= 1.10 records them.
-    is_step = canonical.eq("cpu_op") & name.str.startswith(STEP_PREFIX)
-    return canonical.mask(is_step, "user_annotation")
+    # The analysis finds steps and torch's own ranges among user annotations, as torch >= 1.10 records them.
+    is_annotation = canonical.eq("cpu_op") & name.str.startswith(ANNOTATION_PREFIXES)
+    return canonical.mask(is_annotation, "user_annotation")
 
 
 def device_properties(value: Any) -> list[dict[str, Any]]:
