@@ -15,4 +15,3 @@ def inplace_attention(
         scores.masked_fill_(mask, float("-inf"))  # [batch, heads, q_len, seq]
     probs = torch.softmax(scores, dim=-1)  # [batch, heads, q_len, seq]
     return probs @ value  # [batch, heads, q_len, head_dim]
-

@@ -15,4 +15,3 @@ def naive_attention(
         scores = scores.masked_fill(mask, float("-inf"))  # [batch, heads, q_len, seq]
     probs = torch.softmax(scores, dim=-1)  # [batch, heads, q_len, seq]
     return probs @ value  # [batch, heads, q_len, head_dim]
-

@@ -123,7 +123,9 @@ class AttentionSpec:
         _check_int("window", self.window, 0, LIMITS["seq_len"][1])
         valid_len = _parse_valid_len(self.valid_len)
         if self.mask == "sliding_window" and not 1 <= self.window <= self.seq_len:
-            raise SpecError("window", f"sliding_window needs a window from 1 to seq_len ({self.seq_len}), got {self.window}")
+            raise SpecError(
+                "window", f"sliding_window needs a window from 1 to seq_len ({self.seq_len}), got {self.window}"
+            )
         if self.mask == "padding":
             valid_len = self._checked_valid_len(valid_len)
         object.__setattr__(self, "window", self.window if self.mask == "sliding_window" else 0)
@@ -133,7 +135,9 @@ class AttentionSpec:
         if len(valid_len) == 1:
             valid_len *= self.batch
         if len(valid_len) != self.batch:
-            raise SpecError("valid_len", f"padding needs one length, or one per batch row ({self.batch}), got {len(valid_len)}")
+            raise SpecError(
+                "valid_len", f"padding needs one length, or one per batch row ({self.batch}), got {len(valid_len)}"
+            )
         bad = [v for v in valid_len if not 1 <= v <= self.seq_len]
         if bad:
             raise SpecError("valid_len", f"each length must be from 1 to seq_len ({self.seq_len}), got {bad[0]}")

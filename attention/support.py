@@ -21,14 +21,12 @@ HUB_FLASH_CAPABILITY = (8, 0)
 
 
 def _flex_refusal(spec: AttentionSpec) -> tuple[str, str] | None:
-    try:
-        import torch.nn.attention.flex_attention  # noqa: F401
-    except ImportError:
-        return "variant", f"this torch ({torch.__version__}) has no flex_attention"
     if spec.training and spec.device == "cpu":
         # Verified in torch 2.13: eager and compiled flex_attention raise NotImplementedError on CPU
         # inputs that require grad.
-        return "mode", "flex_attention has no backward on CPU (eager or compiled); use inference, another variant, or CUDA"
+        return "mode", (
+            "flex_attention has no backward on CPU (eager or compiled); use inference, another variant, or CUDA"
+        )
     return None
 
 
@@ -38,9 +36,9 @@ def _hub_flash_refusal(spec: AttentionSpec) -> tuple[str, str] | None:
     if spec.dtype == "float32":
         return "variant", "FlashAttention from the Hub needs bfloat16 or float16 inputs, not float32"
     if spec.mask == "padding":
-        return "mask", "FlashAttention from the Hub takes padding only through its varlen API, which this app does not call"
+        return "mask", "FlashAttention from the Hub takes padding only through its varlen API, which is not called here"
     if spec.mask == "causal_top_left":
-        return "mask", "FlashAttention 2 aligns causal masks to the bottom right only; it cannot compute causal_top_left"
+        return "mask", "FlashAttention 2 aligns causal masks to the bottom right only; it cannot do causal_top_left"
     return None
 
 
