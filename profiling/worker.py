@@ -1,0 +1,370 @@
+"""A persistent worker process for the measuring part of a run, killed when it passes its time limit.
+
+Why a process: a run spends most of its time inside torch ops that no Python check can interrupt
+(the float64 reference, a long forward, compilation), and a client that leaves must free the
+device. Only a process can be stopped anywhere. Why persistent: a fresh process pays ~1.5 s to
+import torch, so one child serves every call until it is killed or dies, and it is forked from a
+forkserver that imported torch once, so a replacement starts in a fraction of that.
+
+    worker = default_worker()
+    measured = worker.call(measure, spec, run_dir, time_limit_s=300, progress=report, cancelled=gone)
+
+Inside a Gradio generator handler, `yield from worker.iterate(...)` yields a tick at least every
+second, so a client that leaves closes the generator at a tick and the child is killed there.
+
+`ATTENTION_PROFILER_WORKER=0` runs calls in the calling process instead (default on ZeroGPU, whose
+`spaces` already forks the handler): then the limit and cancellation are checked at each progress
+report only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Generator, Hashable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from profiling.runner import Progress, RunError
+
+ENV = "ATTENTION_PROFILER_WORKER"
+# Imported once by the forkserver, so every worker forked from it starts with them loaded.
+# "__main__": the app's script is imported there once, not again in each worker (multiprocessing
+# imports the parent's main module in every child whose parent is not already running it).
+PRELOAD = ("__main__", "torch", "attention", "profiling.runner", "profiling.worker")
+POLL_S = 0.05  # how often `call` looks at the clock and at cancelled() while the child works
+HEARTBEAT_S = 1.0  # `iterate` yields at least this often, so a generator handler can be closed
+TERM_GRACE_S = 0.25  # after SIGTERM, time for the child's `finally` blocks before SIGKILL
+WORKER_NAME = "attention-profiler-worker"
+
+
+class Cancelled(RunError):
+    """The caller stopped waiting (the client left); the run was stopped."""
+
+
+def worker_enabled() -> bool:
+    """Whether calls run in a worker process: `ATTENTION_PROFILER_WORKER`, else off on ZeroGPU only."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value:
+        return value not in ("0", "false", "no", "off")
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() not in ("1", "t", "true")
+
+
+# ---------------------------------------------------------------- in the child (or in-process)
+
+_seen: set[Hashable] = set()
+
+
+def first_call(key: Hashable) -> bool:
+    """True the first time `key` (e.g. an AttentionSpec) is seen in this process, False after.
+
+    A worker process starts with none seen, and a replacement after a kill starts afresh, so the
+    runner can time a spec's first call in a process that has not run it yet (its cold start).
+    """
+    fresh = key not in _seen
+    _seen.add(key)
+    return fresh
+
+
+def _serve(conn: Connection) -> None:
+    """The child's loop: run each request, answer with progress messages and then one outcome."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the server's terminal is the parent's to handle
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    lock = threading.Lock()  # fn may report progress from its own threads
+    while True:
+        try:
+            request = conn.recv_bytes()
+        except (EOFError, OSError):
+            return  # the parent closed the pipe or died: nothing more will come
+        answer = _answer(request, functools.partial(_report, conn, lock))
+        with lock:
+            conn.send_bytes(answer)
+
+
+def _exit_on_term(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the run's `finally` blocks, then the process exits
+
+
+def _report(conn: Connection, lock: threading.Lock, fraction: float, message: str) -> None:
+    with lock:
+        conn.send_bytes(pickle.dumps(("progress", float(fraction), str(message))))
+
+
+def _answer(request: bytes, report: Progress) -> bytes:
+    """Run one pickled request; its value, or its exception's type, args and attributes, pickled."""
+    try:
+        fn, args, kwargs, wants_progress = pickle.loads(request)
+        if wants_progress:
+            kwargs = {**kwargs, "progress": report}
+        return pickle.dumps(("done", fn(*args, **kwargs)))
+    except Exception as exc:  # any failure of the call is the caller's to see, by type and message
+        exc.add_note("in the worker process:\n" + "".join(traceback.format_exception(exc)).rstrip())
+        return _pickled_exception(exc)
+
+
+def _pickled_exception(exc: Exception) -> bytes:
+    """The exception as (type, args, attributes), rebuilt without calling its __init__ (which may take
+    other arguments than its args, as SpecError's does); failing that, as a RunError with its text."""
+    for form in ((type(exc), exc.args, vars(exc)), (type(exc), (str(exc),), {})):
+        with contextlib.suppress(Exception):  # an unpicklable argument or attribute, or a local class
+            return pickle.dumps(("raised", *form))
+    return pickle.dumps(("raised", RunError, (f"{type(exc).__name__}: {exc}",), {}))
+
+
+def _unpickled(message: bytes) -> tuple[Any, ...]:
+    try:
+        return pickle.loads(message)
+    except Exception as exc:  # e.g. a result whose class the parent cannot import
+        raise RunError(f"the worker's answer could not be read here ({type(exc).__name__}: {exc})") from None
+
+
+def _rebuilt(kind: type[BaseException], args: tuple[Any, ...], attributes: dict[str, Any]) -> BaseException:
+    exc = kind.__new__(kind, *args)
+    exc.args = args
+    vars(exc).update(attributes)
+    return exc
+
+
+# ---------------------------------------------------------------- in the parent
+
+
+def _context() -> Any:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))  # takes effect when the forkserver starts (once per process)
+    return ctx
+
+
+def _limit_error(limit_s: float, stage: str) -> RunError:
+    return RunError(f"time limit: the run passed {limit_s:g} s during {stage}; try a smaller shape")
+
+
+def _death_error(exitcode: int | None, stage: str) -> RunError:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        why = {
+            "SIGKILL": "killed from outside, most often by the kernel's out-of-memory killer; try a smaller shape",
+            "SIGSEGV": "a crash in native code",
+        }.get(name, "stopped by a signal")
+        cause = f"{name}: {why}"
+    else:
+        cause = f"exit status {exitcode}"
+    return RunError(f"the run's worker process died ({cause}) during {stage}; the next run gets a new one")
+
+
+class _Clock:
+    """A call's time limit, counted from the moment the request is sent."""
+
+    def __init__(self, limit_s: float | None) -> None:
+        self.limit_s = limit_s
+        self.started = time.monotonic()
+
+    def remaining_s(self) -> float:
+        if self.limit_s is None:
+            return float("inf")
+        return self.limit_s - (time.monotonic() - self.started)
+
+
+class Worker:
+    """One child process (forkserver context, torch and profiling.runner preloaded), started lazily,
+    reused across calls, replaced after a kill or a crash. One call at a time (the others wait)."""
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = worker_enabled() if enabled is None else enabled
+        # A Lock, not an RLock: a Gradio generator handler is resumed in different threads.
+        self._lock = threading.Lock()
+        self._process: Any = None
+        self._conn: Connection | None = None
+        _workers.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id, or None when none is running."""
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        """Start the worker now (the first start also starts the forkserver: ~2 s), not at the first call."""
+        if self.enabled:
+            with self._lock:
+                self._ready()
+
+    def close(self) -> None:
+        """Stop the worker process, if any; a later call starts a new one."""
+        with self._lock:
+            self._stop()
+
+    def call(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        time_limit_s: float | None = None,
+        progress: Progress | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`fn(*args, **kwargs)` in the worker; `fn` also gets `progress=` when `progress` is given.
+
+        `fn` must be a module-level function and its arguments and result picklable. Past
+        `time_limit_s` (counted once the worker is ready), or as soon as `cancelled()` is true, the
+        child is killed and RunError (Cancelled) is raised. An exception raised by `fn` comes back
+        with its type and message; a child that dies gives RunError, and the next call gets a new one.
+        """
+        if not self.enabled:
+            return self._here(fn, args, kwargs, time_limit_s, progress, cancelled)
+        job = self.iterate(fn, *args, time_limit_s=time_limit_s, progress=progress, heartbeat_s=POLL_S, **kwargs)
+        try:
+            while True:
+                next(job)
+                if cancelled is not None and cancelled():
+                    raise Cancelled("cancelled: the run was stopped because its caller left")
+        except StopIteration as done:
+            return done.value
+        finally:
+            job.close()  # a no-op once finished; else it kills the child
+
+    def iterate(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        time_limit_s: float | None = None,
+        progress: Progress | None = None,
+        tick: Any = None,
+        heartbeat_s: float = HEARTBEAT_S,
+        **kwargs: Any,
+    ) -> Generator[Any, None, Any]:
+        """Like `call`, as a generator: it yields `tick` at least every `heartbeat_s` while `fn` runs
+        and returns its value. Closing it early kills the child: `result = yield from worker.iterate(...)`
+        in a Gradio generator handler stops the run when the client leaves. Progress goes to `progress`.
+        """
+        if not self.enabled:
+            return self._here(fn, args, kwargs, time_limit_s, progress, None)
+        with self._lock:
+            conn = self._ready()
+            conn.send_bytes(pickle.dumps((fn, args, kwargs, progress is not None)))
+            finished = False
+            try:
+                value = yield from self._await(conn, _Clock(time_limit_s), progress, tick, heartbeat_s)
+                finished = True
+                return value
+            finally:
+                if not finished:  # time limit, cancellation, a dead child, or the caller's own exception
+                    self._stop()
+
+    def _await(
+        self, conn: Connection, clock: _Clock, progress: Progress | None, tick: Any, heartbeat_s: float
+    ) -> Generator[Any, None, Any]:
+        """Forward the child's progress until its outcome arrives; tick while waiting; enforce the clock."""
+        stage = "start-up"
+        next_tick = time.monotonic() + heartbeat_s
+        while True:
+            timeout = max(0.0, min(clock.remaining_s(), next_tick - time.monotonic()))
+            ready = multiprocessing.connection.wait([conn, self._process.sentinel], timeout)
+            if ready:
+                kind, *body = self._receive(conn if conn in ready else None, stage)
+                if kind == "done":
+                    return body[0]
+                if kind == "raised":
+                    raise _rebuilt(*body)
+                stage = body[1]
+                if progress is not None:
+                    progress(*body)
+            if clock.remaining_s() <= 0:
+                raise _limit_error(clock.limit_s or 0.0, stage)
+            if time.monotonic() >= next_tick:
+                yield tick
+                next_tick = time.monotonic() + heartbeat_s
+
+    def _receive(self, conn: Connection | None, stage: str) -> tuple[Any, ...]:
+        """The next message, from `conn` when it has one; else (or at end of file) the child died."""
+        if conn is not None:
+            try:
+                message = conn.recv_bytes()
+            except (EOFError, OSError):
+                message = None  # the pipe closed: the child is gone
+            if message is not None:
+                return _unpickled(message)
+        self._process.join()  # reaps it; the forkserver reports its exit status
+        raise _death_error(self._process.exitcode, stage)
+
+    def _ready(self) -> Connection:
+        """The live child's pipe, starting a child if there is none or it died while idle."""
+        if self._process is not None and not self._process.is_alive():
+            self._stop()
+        if self._process is None:
+            ctx = _context()
+            self._conn, child_end = ctx.Pipe(duplex=True)
+            self._process = ctx.Process(target=_serve, args=(child_end,), name=WORKER_NAME)
+            self._process.start()
+            child_end.close()
+        assert self._conn is not None
+        return self._conn
+
+    def _stop(self) -> None:
+        """SIGTERM, then SIGKILL after TERM_GRACE_S; wait for the exit so no zombie is left."""
+        process, conn, self._process, self._conn = self._process, self._conn, None, None
+        if conn is not None:
+            conn.close()
+        if process is None:
+            return
+        if process.is_alive():
+            process.terminate()
+            process.join(TERM_GRACE_S)
+        if process.is_alive():
+            process.kill()
+        process.join()
+        process.close()
+
+    def _here(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        time_limit_s: float | None,
+        progress: Progress | None,
+        cancelled: Callable[[], bool] | None,
+    ) -> Any:
+        """In-process: the limit and cancellation are checked at each progress report, as the only
+        points where the run comes back to us."""
+        if progress is None:
+            with self._lock:
+                return fn(*args, **kwargs)
+        clock, stage = _Clock(time_limit_s), ["start-up"]
+
+        def report(fraction: float, message: str) -> None:
+            if cancelled is not None and cancelled():
+                raise Cancelled("cancelled: the run was stopped because its caller left")
+            if clock.remaining_s() <= 0:
+                raise _limit_error(clock.limit_s or 0.0, stage[0])
+            stage[0] = message
+            progress(fraction, message)
+
+        with self._lock:
+            return fn(*args, progress=report, **kwargs)
+
+
+_workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+@functools.cache
+def default_worker() -> Worker:
+    """The worker that runs profiling measurements (one per app process)."""
+    return Worker()
+
+
+@atexit.register
+def _stop_all() -> None:
+    # Registered after multiprocessing's own exit hook (imported above), so it runs first: that
+    # hook joins non-daemon children, which would wait forever for an idle worker.
+    for worker in list(_workers):
+        worker._stop()
