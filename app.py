@@ -1,352 +1,56 @@
-"""Attention Profiler: the Gradio Space. UI only: layout, event wiring and gr.Error.
+"""Attention Profiler: the Gradio Space's layout and event wiring. The endpoints are in `endpoints.py`.
 
 Everything heavy (torch, the profiler, pandas, plotly) is imported inside the handlers,
-so importing this module is cheap. The handlers' signatures are the API and MCP schema.
+so importing this module is cheap.
 """
 
 from __future__ import annotations
 
-import contextlib
 import html
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-QUEUE_SIZE = int(os.environ.get("ATTENTION_PROFILER_QUEUE", "16"))
-RUN_TIME_LIMIT_S = float(os.environ.get("ATTENTION_PROFILER_TIME_LIMIT", "300"))
+from endpoints import QUEUE_SIZE, analyze, app_error, compare, diff, profile, share, sweep
+
 HISTORY_SIZE = 20  # runs of this session kept for the Diff tab
-# ZeroGPU reserves the GPU for the duration a request asks for: a run's share of the time limit,
-# a sweep or comparison at most the one limit they share, plus a margin for import and export.
-GPU_SECONDS_PER_RUN, GPU_MARGIN_S = 60, 30
 PERFETTO_HELP = (
     "Open the trace at [ui.perfetto.dev](https://ui.perfetto.dev): **Open trace file**, then pick the `.json`."
 )
+# Inputs of the Profile examples, in this order: one example per lesson of the README's table.
+EXAMPLE_INPUTS = (
+    *("variant", "backend", "batch", "heads", "seq_len", "head_dim", "dtype"),
+    *("mode", "kv_heads", "q_len", "mask", "window", "valid_len"),
+)
 BLOG_EXAMPLES = [
-    # variant, backend, batch, heads, seq_len, head_dim, dtype
-    ["naive", "auto", 8, 16, 1024, 64, "bfloat16"],
-    ["inplace", "auto", 8, 16, 1024, 64, "bfloat16"],
-    ["sdpa", "math", 8, 16, 1024, 64, "bfloat16"],
-    ["sdpa", "flash", 8, 16, 1024, 64, "bfloat16"],
-    ["sdpa", "efficient", 8, 16, 1024, 64, "bfloat16"],
-    ["sdpa", "cudnn", 8, 16, 1024, 64, "bfloat16"],
+    ["naive", "auto", 8, 16, 1024, 64, "bfloat16", "inference", 0, 0, "causal", 0, ""],
+    ["inplace", "auto", 8, 16, 1024, 64, "bfloat16", "inference", 0, 0, "causal", 0, ""],
+    ["sdpa", "math", 8, 16, 1024, 64, "bfloat16", "inference", 0, 0, "causal", 0, ""],
+    ["sdpa", "flash", 8, 16, 1024, 64, "bfloat16", "inference", 0, 0, "causal", 0, ""],
+    ["sdpa", "efficient", 8, 16, 1024, 64, "bfloat16", "inference", 0, 0, "causal", 0, ""],
+    ["sdpa", "cudnn", 8, 16, 1024, 64, "bfloat16", "inference", 0, 0, "causal", 0, ""],
+    ["sdpa", "math", 8, 16, 1024, 64, "bfloat16", "training", 0, 0, "causal", 0, ""],
+    ["sdpa", "flash", 8, 16, 1024, 64, "bfloat16", "training", 0, 0, "causal", 0, ""],
+    ["sdpa", "auto", 8, 32, 1024, 128, "bfloat16", "inference", 8, 0, "causal", 0, ""],
+    ["sdpa", "auto", 8, 32, 8192, 128, "bfloat16", "inference", 8, 1, "causal", 0, ""],
+    ["sdpa", "auto", 8, 16, 1024, 64, "bfloat16", "inference", 0, 0, "sliding_window", 256, ""],
 ]
 CPU_EXAMPLES = [
-    ["naive", "auto", 1, 4, 256, 64, "float32"],
-    ["inplace", "auto", 1, 4, 256, 64, "float32"],
-    ["sdpa", "math", 1, 4, 256, 64, "bfloat16"],
-    ["sdpa", "flash", 1, 4, 256, 64, "float32"],
+    ["naive", "auto", 1, 4, 256, 64, "float32", "inference", 0, 0, "causal", 0, ""],
+    ["inplace", "auto", 1, 4, 256, 64, "float32", "inference", 0, 0, "causal", 0, ""],
+    ["sdpa", "math", 1, 4, 256, 64, "bfloat16", "inference", 0, 0, "causal", 0, ""],
+    ["sdpa", "flash", 1, 4, 256, 64, "float32", "inference", 0, 0, "causal", 0, ""],
+    ["naive", "auto", 1, 4, 512, 64, "float32", "training", 0, 0, "causal", 0, ""],
+    ["sdpa", "flash", 1, 4, 512, 64, "float32", "training", 0, 0, "causal", 0, ""],
+    ["naive", "auto", 1, 8, 256, 64, "float32", "inference", 2, 0, "causal", 0, ""],
+    ["sdpa", "math", 1, 8, 256, 64, "float32", "inference", 2, 0, "causal", 0, ""],
+    ["sdpa", "flash", 1, 8, 4096, 64, "float32", "inference", 2, 1, "causal", 0, ""],
+    ["sdpa", "auto", 1, 4, 256, 64, "float32", "inference", 0, 16, "causal_top_left", 0, ""],
+    ["sdpa", "auto", 1, 4, 256, 64, "float32", "inference", 0, 0, "sliding_window", 64, ""],
+    ["sdpa", "auto", 2, 4, 256, 64, "float32", "inference", 0, 0, "padding", 0, "100,256"],
 ]
-
-
-def gpu_seconds(runs: int) -> int:
-    """The GPU time to reserve for `runs` runs that share one time limit."""
-    return int(min(RUN_TIME_LIMIT_S, runs * GPU_SECONDS_PER_RUN) + GPU_MARGIN_S)
-
-
-def _profile_seconds(*args: Any, **kwargs: Any) -> int:
-    return gpu_seconds(1)
-
-
-def _compare_seconds(*args: Any, **kwargs: Any) -> int:
-    from attention import RUNS
-
-    return gpu_seconds(len(RUNS))
-
-
-def _sweep_seconds(variants: list[str] | None = None, seq_lens: str = "", *args: Any, **kwargs: Any) -> int:
-    return gpu_seconds(max(1, len(variants or [])) * max(1, str(seq_lens).count(",") + 1))
-
-
-try:  # ZeroGPU on Hugging Face Spaces: the GPU is attached only inside @spaces.GPU.
-    import spaces
-
-    def on_gpu(duration: Any) -> Any:
-        return spaces.GPU(duration=duration)
-
-except ImportError:
-
-    def on_gpu(duration: Any) -> Any:
-        return lambda fn: fn
-
-
-_store = None
-
-
-def store() -> Any:
-    """The per-request run directories (created on first use, pruned as runs are added)."""
-    global _store
-    if _store is None:
-        from profiling.storage import RunStore
-
-        _store = RunStore(os.environ.get("ATTENTION_PROFILER_DIR"))
-    return _store
-
-
-def _error(message: str) -> gr.Error:
-    # Messages can quote an uploaded file's name or a trace's field: shown as text, never markup.
-    return gr.Error(html.escape(message, quote=False), print_exception=False)
-
-
-def _app_file(path: str | None, field: str) -> str:
-    """`path` if it is a file this app holds (an upload or one of its own runs), else gr.Error.
-
-    An API caller can name any server path in a FileData; none but these may be read or shared.
-    """
-    from pathlib import Path
-
-    from gradio.utils import get_upload_folder
-
-    if not path:
-        raise _error(f"{field}: upload a .json or .json.gz Chrome trace")
-    resolved = Path(path).resolve()
-    uploaded = resolved.is_file() and resolved.is_relative_to(Path(get_upload_folder()).resolve())
-    if not (uploaded or store().owns(resolved)):
-        raise _error(f"{field}: only files uploaded to this app or produced by it can be used")
-    return str(resolved)
-
-
-def _whole(value: Any) -> Any:
-    """Numbers from the UI arrive as floats; pass whole ones on as int, the rest untouched."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-def _spec(**fields: Any) -> Any:
-    """The AttentionSpec for UI/API values; it validates them all and names the bad field."""
-    from attention import AttentionSpec
-
-    values = {name: _whole(value) for name, value in fields.items()}
-    values["backend"] = values.get("backend") or "auto"
-    with _user_errors():
-        return AttentionSpec(**values)
-
-
-def _progress(progress: gr.Progress) -> Any:
-    return lambda fraction, message: progress(fraction, desc=message)
-
-
-@contextlib.contextmanager
-def _user_errors() -> Iterator[None]:
-    """Our own errors (bad spec, failed run, bad trace, failed share) reach the user as gr.Error."""
-    from attention import SpecError
-    from profiling.runner import RunError
-    from profiling.share import ShareError
-    from profiling.trace import TraceError
-
-    try:
-        yield
-    except (SpecError, RunError, TraceError, ShareError) as exc:
-        raise _error(str(exc)) from None
-
-
-# ---------------------------------------------------------------- endpoints
-
-
-@on_gpu(_profile_seconds)
-def profile(
-    variant: str,
-    backend: str,
-    batch: float,
-    heads: float,
-    seq_len: float,
-    head_dim: float,
-    dtype: str,
-    device: str,
-    compile: bool,
-    progress: gr.Progress = gr.Progress(),
-) -> tuple:
-    """Profile one attention variant with torch.profiler.
-
-    Args:
-        variant: naive, inplace, sdpa, flex or hub_flash.
-        backend: the SDPA backend (auto, math, flash, efficient, cudnn); ignored by other variants.
-        batch: batch size.
-        heads: attention heads.
-        seq_len: sequence length.
-        head_dim: size of each head.
-        dtype: float32, bfloat16 or float16.
-        device: auto, cpu or cuda.
-        compile: wrap the attention in torch.compile.
-
-    Returns the summary, op table, timeline, trace file, kernel table, key_averages file and insights.
-    """
-    from profiling.charts import timeline
-    from profiling.markdown import insights_markdown
-    from profiling.pipeline import profile_attention
-    from profiling.tables import rounded
-
-    spec = _spec(
-        variant=variant,
-        backend=backend,
-        batch=batch,
-        heads=heads,
-        seq_len=seq_len,
-        head_dim=head_dim,
-        dtype=dtype,
-        device=device,
-        compile=compile,
-    )
-    with _user_errors():
-        result = profile_attention(spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
-    return (
-        dict(result.summary),
-        rounded(result.op_table),
-        timeline(result.analysis),
-        str(result.trace_path),
-        rounded(result.kernel_table),
-        str(result.table_path),
-        insights_markdown(result.insights),
-    )
-
-
-@on_gpu(_compare_seconds)
-def compare(
-    batch: float,
-    heads: float,
-    seq_len: float,
-    head_dim: float,
-    dtype: str,
-    device: str,
-    compile: bool,
-    progress: gr.Progress = gr.Progress(),
-) -> tuple:
-    """Every variant and SDPA backend on one shape, within one time limit.
-
-    Args:
-        batch: batch size.
-        heads: attention heads.
-        seq_len: sequence length.
-        head_dim: size of each head.
-        dtype: float32, bfloat16 or float16.
-        device: auto, cpu or cuda.
-        compile: wrap the attention in torch.compile.
-
-    Returns the summaries (a run that cannot run here carries `error`), a table and a chart.
-    """
-    from profiling.charts import compare_chart
-    from profiling.compare import compare as compare_all
-    from profiling.compare import compare_table
-
-    spec = _spec(
-        batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim, dtype=dtype, device=device, compile=compile
-    )
-    rows = compare_all(spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
-    return rows, compare_table(rows), compare_chart(rows)
-
-
-@on_gpu(_sweep_seconds)
-def sweep(
-    variants: list[str],
-    seq_lens: str,
-    batch: float,
-    heads: float,
-    head_dim: float,
-    dtype: str,
-    device: str,
-    compile: bool,
-    progress: gr.Progress = gr.Progress(),
-) -> tuple:
-    """Forward time and peak memory of each variant over a list of seq_len values, within one time limit.
-
-    Args:
-        variants: runs to sweep, e.g. ["naive", "sdpa-math", "sdpa-flash"].
-        seq_lens: comma list of sequence lengths, e.g. "128,256,512".
-        batch: batch size.
-        heads: attention heads.
-        head_dim: size of each head.
-        dtype: float32, bfloat16 or float16.
-        device: auto, cpu or cuda.
-        compile: wrap the attention in torch.compile.
-
-    Returns the points (status ok or stopped, with the reason) and a chart.
-    """
-    from attention import parse_runs, parse_seq_lens
-    from profiling.charts import sweep_chart
-    from profiling.sweep import sweep as run_sweep
-
-    if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants):
-        raise _error('variants: give a list of run names, e.g. ["naive", "sdpa-flash"]')
-    with _user_errors():
-        runs, lengths = parse_runs(",".join(variants)), parse_seq_lens(str(seq_lens))
-    spec = _spec(
-        variant=runs[0][0],
-        backend=runs[0][1],
-        batch=batch,
-        heads=heads,
-        seq_len=min(lengths),
-        head_dim=head_dim,
-        dtype=dtype,
-        device=device,
-        compile=compile,
-    )
-    with _user_errors():
-        rows = run_sweep(spec, runs, lengths, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
-    return rows, sweep_chart(rows)
-
-
-def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> tuple:
-    """Analyze an uploaded torch.profiler Chrome trace.
-
-    Args:
-        trace: a .json or .json.gz Chrome trace from torch.profiler (CUDA, ROCm or CPU).
-
-    Returns the summary, op table, kernel table, timeline, steps, annotations, insights and steps chart.
-    """
-    from profiling.analysis import analyze_file
-    from profiling.charts import timeline, window_chart
-    from profiling.markdown import insights_markdown
-    from profiling.tables import rounded
-
-    path = _app_file(trace, "trace")
-    with _user_errors():
-        result = analyze_file(path, progress=_progress(progress))
-    progress(0.95, desc="drawing the timeline")
-    return (
-        dict(result.summary),
-        rounded(result.op_table),
-        rounded(result.kernel_table),
-        timeline(result),
-        rounded(result.steps),
-        rounded(result.annotations),
-        insights_markdown(result.insights),
-        window_chart(result.steps),
-    )
-
-
-def diff(before: dict, after: dict) -> list[dict]:
-    """Ops and kernels added, removed and changed per forward between two runs.
-
-    Args:
-        before: a summary returned by /profile or a row of /compare.
-        after: another such summary.
-    """
-    from profiling.diff import DiffError, diff_summaries
-
-    try:
-        return diff_summaries(before, after).to_dict(orient="records")
-    except DiffError as exc:
-        raise _error(str(exc)) from None
-
-
-def share(trace: str | None, repo_id: str, token: str, oauth_token: gr.OAuthToken | None = None) -> tuple:
-    """Upload a trace to a public Hub dataset repo you own; returns its URL and a Perfetto link.
-
-    Args:
-        trace: a trace file produced by or uploaded to this app.
-        repo_id: the repo, as owner/name.
-        token: a Hugging Face token with write access (or log in on the Space).
-    """
-    from profiling.share import share_trace
-
-    secret = token or (oauth_token.token if oauth_token else "")
-    if not trace:
-        raise _error("trace: there is no trace to share yet; profile or analyze one first")
-    path = _app_file(trace, "trace")
-    with _user_errors():
-        links = share_trace(path, repo_id, secret)
-    return links, f"[Open in Perfetto]({links['perfetto_url']}) · [file]({links['url']})\n\n{links['note']}"
 
 
 # ---------------------------------------------------------------- layout
@@ -369,10 +73,17 @@ def _diff_choices(history: list[dict]) -> tuple[Any, Any]:
 
 def _diff_picked(history: list[dict], before: int | None, after: int | None) -> Any:
     if before is None or after is None:
-        raise _error("diff: profile at least two runs in this session, then pick them")
+        raise app_error("diff: profile at least two runs in this session, then pick them")
     from profiling.diff import diff_summaries
 
     return diff_summaries(history[before], history[after])
+
+
+def _cards(summary: dict) -> str:
+    """Profile's headline metrics, drawn from the summary /profile already returned."""
+    from profiling.markdown import metric_cards
+
+    return metric_cards(summary)
 
 
 def _overview(summary: dict, steps: Any) -> tuple:
@@ -385,7 +96,7 @@ def _overview(summary: dict, steps: Any) -> tuple:
 
 @dataclass
 class Shape:
-    """The shape controls shared by the Profile, Compare and Sweep tabs."""
+    """The run controls shared by the Profile, Compare and Sweep tabs, in the endpoints' order."""
 
     batch: gr.Number
     heads: gr.Number
@@ -394,9 +105,28 @@ class Shape:
     dtype: gr.Dropdown
     device: gr.Dropdown
     compile: gr.Checkbox
+    mode: gr.Radio
+    kv_heads: gr.Number
+    q_len: gr.Number
+    mask: gr.Dropdown
+    window: gr.Number
+    valid_len: gr.Textbox
 
     def all(self) -> list[Any]:
-        return [self.batch, self.heads, self.seq_len, self.head_dim, self.dtype, self.device, self.compile]
+        """What /profile and /compare take after the variant: the shape, then the run's other parameters."""
+        return [
+            self.batch,
+            self.heads,
+            self.seq_len,
+            self.head_dim,
+            self.dtype,
+            self.device,
+            self.compile,
+            *self.extra(),
+        ]
+
+    def extra(self) -> list[Any]:
+        return [self.mode, self.kv_heads, self.q_len, self.mask, self.window, self.valid_len]
 
 
 def _shape_controls(defaults: dict[str, Any], cuda: bool) -> Shape:
@@ -414,7 +144,27 @@ def _shape_controls(defaults: dict[str, Any], cuda: bool) -> Shape:
             ["auto", "cpu", "cuda"] if cuda else ["auto", "cpu"], value="auto", label="device", allow_custom_value=True
         )
         compile_box = gr.Checkbox(False, label="torch.compile")
-    return Shape(batch, heads, seq_len, head_dim, dtype, device, compile_box)
+    return Shape(batch, heads, seq_len, head_dim, dtype, device, compile_box, *_practice_controls())
+
+
+def _practice_controls() -> tuple[Any, ...]:
+    """Training, GQA, decode and masks: neutral by default, so the blog's runs stay as they were."""
+    from attention import MASKS, MODES
+
+    with gr.Row():
+        mode = gr.Radio(list(MODES), value="inference", label="mode", info="training adds the backward pass")
+        kv_heads = gr.Number(0, label="kv_heads", info="0 = heads; fewer is GQA, 1 is MQA", precision=None)
+        q_len = gr.Number(0, label="q_len", info="0 = seq_len; 1 is KV-cache decode", precision=None)
+        mask = gr.Dropdown(list(MASKS), value="causal", label="mask", allow_custom_value=True)
+        window = gr.Number(0, label="window", info="keys each query sees", visible=False, precision=None)
+        valid_len = gr.Textbox("", label="valid_len", info="one length, or one per batch row", visible=False)
+    mask.change(
+        lambda m: (gr.update(visible=m == "sliding_window"), gr.update(visible=m == "padding")),
+        mask,
+        [window, valid_len],
+        api_visibility="private",
+    )
+    return mode, kv_heads, q_len, mask, window, valid_len
 
 
 def _share_box(trace: gr.File, api_name: str | None) -> None:
@@ -449,9 +199,10 @@ def _profile_tab(shape: Shape, history: gr.State, cuda: bool) -> None:
         )
         run = gr.Button("Profile", variant="primary")
     variant.change(lambda v: gr.update(visible=v == "sdpa"), variant, backend, api_visibility="private")
-    with gr.Row():
-        insights = gr.Markdown(label="insights", elem_id="insights", latex_delimiters=[])
-        summary = gr.JSON(label="summary", open=False)
+    cards = gr.Markdown(elem_id="metric-cards", latex_delimiters=[])
+    insights = gr.Markdown(label="insights", elem_id="insights", latex_delimiters=[])
+    with gr.Accordion("summary (JSON)", open=False):
+        summary = gr.JSON(label="summary")
     timeline_plot = gr.Plot(label="timeline", elem_id="timeline")
     gr.Markdown(
         "The timeline opens on the first forward; pan and zoom for the rest. Tables cover the measured forwards."
@@ -463,18 +214,22 @@ def _profile_tab(shape: Shape, history: gr.State, cuda: bool) -> None:
         trace_file = gr.File(label="trace", elem_id="trace-file")
         table_file = gr.File(label="table")
     _share_box(trace_file, api_name="share")
+    controls = {"variant": variant, "backend": backend, **vars(shape)}
     gr.Examples(
         BLOG_EXAMPLES if cuda else CPU_EXAMPLES,
-        [variant, backend, shape.batch, shape.heads, shape.seq_len, shape.head_dim, shape.dtype],
-        label="The blog's experiments" + ("" if cuda else " (CPU-sized)"),
+        [controls[name] for name in EXAMPLE_INPUTS],
+        label="The lessons: the blog's experiments, then training, GQA, decode and masks"
+        + ("" if cuda else " (CPU-sized)"),
     )
-    run.click(
+    done = run.click(
         profile,
         [variant, backend, *shape.all()],
         [summary, op_table, timeline_plot, trace_file, kernels, table_file, insights],
         api_name="profile",
         concurrency_id="device",
-    ).success(_remember, [history, summary], history, api_visibility="private")
+    )
+    done.success(_remember, [history, summary], history, api_visibility="private")
+    done.success(_cards, summary, cards, api_visibility="private")
 
 
 def _compare_tab(shape: Shape, history: gr.State) -> None:
@@ -507,7 +262,10 @@ def _sweep_tab(shape: Shape) -> None:
         button = gr.Button("Sweep", variant="primary")
     chart = gr.Plot(label="chart")
     points = gr.JSON(label="points")
-    inputs = [variants, seq_lens, shape.batch, shape.heads, shape.head_dim, shape.dtype, shape.device, shape.compile]
+    inputs = [
+        *(variants, seq_lens, shape.batch, shape.heads, shape.head_dim, shape.dtype, shape.device, shape.compile),
+        *shape.extra(),
+    ]
     button.click(sweep, inputs, [points, chart], api_name="sweep", concurrency_id="device")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiling.insights import Insight, find_insights
-from profiling.runner import Measurement
+from profiling.runner import BACKWARD, Measurement
 from profiling.step_breakdown import step_breakdown
 from profiling.summary import RunSummary, TraceSummary, run_summary, trace_summary
 from profiling.tables import kernel_table, op_table_from_trace
@@ -58,24 +58,26 @@ def analyze(trace: Trace, run: Measurement | None = None, progress: Progress | N
     report = progress or (lambda fraction, message: None)
     steps, others = step_names(trace)
     report(0.1, "finding the forwards")
-    has_forwards = FORWARD in others
     device = run.spec.device if run else None
-    forwards = window_stats(trace, FORWARD, device) if has_forwards else None
+    forwards = window_stats(trace, FORWARD, device) if FORWARD in others else None
+    backward = window_stats(trace, BACKWARD, device) if BACKWARD in others else None
     scope = forwards or window_stats(trace, None, device)
     report(0.3, "building the kernel and op tables")
     kernels = kernel_table(trace, forwards)
     ops = op_table_from_trace(trace, with_annotations=run is not None)
-    report(0.6, "finding insights")
-    insights = find_insights(trace, scope, kernels, run.spec if run else None, run.unprofiled_ms if run else None)
+    report(0.5, "measuring steps, GPU metrics and idle time")
+    breakdown = step_breakdown(trace)
+    summary: RunSummary | TraceSummary = (
+        run_summary(run, trace, scope, backward, ops)
+        if run
+        else trace_summary(trace, forwards, len(steps), len(steps) + len(others), breakdown)
+    )
+    report(0.7, "finding insights")
+    insights = find_insights(trace, scope, kernels, run.spec if run else None, summary if run else None, backward)
+    summary["insights"] = [i.text for i in insights]
     report(0.8, "per-step and per-annotation tables")
     marks = annotations(trace)
     step_windows = marks[marks["name"].isin(steps[:MAX_STEPS])].sort_values("ts")
-    breakdown = step_breakdown(trace)
-    summary: RunSummary | TraceSummary = (
-        run_summary(run, trace, scope, ops, insights)
-        if run
-        else trace_summary(trace, forwards, len(steps), len(steps) + len(others), insights, breakdown)
-    )
     return Analysis(
         trace=trace,
         forwards=forwards,

@@ -288,8 +288,20 @@ def window_chart(steps: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _add_guide(fig: go.Figure, ok: pd.DataFrame, xs: np.ndarray) -> None:
+    """The cost a run should follow: O(S²) when queries grow with the keys, O(q_len·S) when q_len is fixed."""
+    s0, t_first = ok["seq_len"].iloc[0], ok["forward_ms"].iloc[0]
+    fixed_queries = "q_len" in ok and ok["q_len"].nunique() == 1 and ok["q_len"].iloc[0] < ok["seq_len"].max()
+    power, name = (1, f"O(q_len·S), q_len={int(ok['q_len'].iloc[0])}") if fixed_queries else (2, "O(S²)")
+    fig.add_trace(
+        go.Scatter(x=xs, y=t_first * (xs / s0) ** power, mode="lines", line_dash="dash", line_color="#999", name=name),
+        row=1,
+        col=1,
+    )
+
+
 def sweep_chart(rows: list[dict[str, Any]]) -> go.Figure:
-    """Forward time and peak memory vs seq_len, log-log, with an O(S²) guide and stop marks."""
+    """Forward time and peak memory vs seq_len, log-log, with a cost guide (O(S²), or O(q_len·S)) and stop marks."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("forward time (ms)", "peak memory (bytes)"))
     frame = pd.DataFrame(rows)
     if frame.empty:
@@ -328,15 +340,7 @@ def sweep_chart(rows: list[dict[str, Any]]) -> go.Figure:
             )
     ok = frame[frame["status"] == "ok"]
     if len(ok):
-        s0, t_first = ok["seq_len"].iloc[0], ok["forward_ms"].iloc[0]
-        xs = np.array(sorted(frame["seq_len"].unique()), dtype=float)
-        fig.add_trace(
-            go.Scatter(
-                x=xs, y=t_first * (xs / s0) ** 2, mode="lines", line_dash="dash", line_color="#999", name="O(S²)"
-            ),
-            row=1,
-            col=1,
-        )
+        _add_guide(fig, ok, np.array(sorted(frame["seq_len"].unique()), dtype=float))
     fig.update_xaxes(type="log", title="seq_len")
     fig.update_yaxes(type="log")
     fig.update_layout(height=420, margin=dict(l=10, r=10, t=50, b=40))

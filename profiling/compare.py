@@ -13,6 +13,7 @@ from profiling.runner import Deadline, Progress, RunError
 
 COMPARE_COLUMNS = [
     "run",
+    "backend used",
     "kernels/forward",
     "forward cpu (ms)",
     "unprofiled (ms)",
@@ -23,6 +24,7 @@ COMPARE_COLUMNS = [
     "max abs error",
     "speed-up vs naive",
     "what the trace revealed",
+    "backends that refuse this call",
 ]
 
 
@@ -74,15 +76,18 @@ def row_label(row: dict[str, Any]) -> str:
 
 
 def compare_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One line per run; a run that could not run says why in the last column."""
+    """One line per run; a run that could not run says why in `what the trace revealed`."""
     records = []
     for r in rows:
         if "error" in r:
-            records.append([row_label(r), *[None] * (len(COMPARE_COLUMNS) - 2), f"unavailable: {r['error']}"])
+            records.append(
+                [row_label(r), None, *[None] * (len(COMPARE_COLUMNS) - 4), f"unavailable: {r['error']}", None]
+            )
             continue
         records.append(
             [
                 row_label(r),
+                r.get("backend_used"),
                 r["kernels_per_forward"],
                 r["forward_cpu_ms"],
                 r.get("forward_unprofiled_ms"),
@@ -93,6 +98,7 @@ def compare_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
                 r["max_abs_error"],
                 r["speedup_vs_naive"],
                 r["insights"][0] if r["insights"] else "",
+                "; ".join(f"{b}: {why}" for b, why in (r.get("backend_reasons") or {}).items()),
             ]
         )
     table = pd.DataFrame(records, columns=COMPARE_COLUMNS)

@@ -8,7 +8,7 @@ or None when it does not apply.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,10 @@ FUSED_OP_HINTS = ("flash", "efficient", "cudnn", "flex_attention", "_fused_")
 LOW_OCCUPANCY_PERCENT = 25
 PROFILER_OVERHEAD_NOTICE = 0.15  # say so when the profiler adds more than this share
 ATTENTION_FAMILIES = ("flash-attention", "efficient-attention", "cudnn-attention")
+# Ops whose `aten::clone` child lays K/V heads out for grouped-query attention (reshape of an
+# expand, as transformers' repeat_kv; repeat_interleave, as SDPA math does with enable_gqa).
+LAYOUT_COPY_CALLERS = ("aten::reshape", "aten::repeat_interleave")
+DECODE_Q_LEN = 16  # queries per forward at or below which a run is decode-like
 NAME_IN_PROSE = 120  # characters of a trace's name quoted in a sentence
 NAME_IN_LIST = 60  # ... in a list of several
 MAX_NAMES_IN_PROSE = 3
@@ -64,9 +68,21 @@ class Evidence:
     trace: Trace
     scope: WindowStats
     kernels: pd.DataFrame
-    dtype: str | None  # the run's dtype; None for uploads
-    device: str | None  # cpu or cuda; None for uploads
-    unprofiled_ms: float | None = None  # the same forward timed without the profiler (our runs only)
+    spec: Any | None = None  # our run's AttentionSpec; None for uploads
+    numbers: Mapping[str, Any] = field(default_factory=dict)  # our run's summary (its insights not yet in)
+    backward: WindowStats | None = None  # training runs: the `attn_bwd` windows
+
+    @property
+    def dtype(self) -> str | None:
+        return self.spec.dtype if self.spec else None
+
+    @property
+    def device(self) -> str | None:
+        return self.spec.device if self.spec else None
+
+    @property
+    def unprofiled_ms(self) -> float | None:
+        return self.numbers.get("forward_unprofiled_ms")
 
     @property
     def per(self) -> float:
@@ -115,23 +131,44 @@ def short(name: Any, limit: int = NAME_IN_PROSE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _device_copies(scope: WindowStats) -> pd.DataFrame:
+    gpu = scope.gpu
+    return gpu[gpu["name"].str.startswith("Memcpy DtoD")] if len(gpu) else gpu
+
+
+def _clone_bytes(clones: pd.DataFrame) -> float:
+    return float(sum(_tensor_bytes(d, t) for d, t in zip(clones["input_dims"], clones["input_type"], strict=True)))
+
+
+def _clones(scope: WindowStats, layout: bool) -> pd.DataFrame:
+    """`aten::clone`s in the windows: those that make a layout (GQA's K/V heads), or the others."""
+    clones = scope.ops[scope.ops["name"] == "aten::clone"]
+    return clones[clones["parent"].isin(LAYOUT_COPY_CALLERS) == layout]
+
+
+def copied_bytes_per_window(scope: WindowStats) -> float:
+    """Bytes a window copies out of place: its DtoD memcpys on a GPU, else its `aten::clone`s (not GQA's)."""
+    copies = _device_copies(scope)
+    if len(copies):
+        return float(copies["bytes"].fillna(0).sum()) / max(scope.count, 1)
+    return _clone_bytes(_clones(scope, layout=False)) / max(scope.count, 1)
+
+
 def hidden_copy(ev: Evidence) -> Finding | None:
     """An out-of-place op copied a whole tensor inside the forward."""
-    gpu = ev.scope.gpu
-    copies = gpu[gpu["name"].str.startswith("Memcpy DtoD")] if len(gpu) else gpu
+    copies = _device_copies(ev.scope)
     if len(copies):
-        per_bytes = float(copies["bytes"].fillna(0).sum()) / ev.per
+        per_bytes = copied_bytes_per_window(ev.scope)
         return Finding(
             "Hidden copy",
             f"{len(copies) / ev.per:g} Memcpy DtoD {ev.unit} move {_fmt_bytes(per_bytes)} (an out-of-place op such "
             "as masked_fill cloned its input). Use the in-place masked_fill_ to remove it.",
             {"kernel": "Memcpy DtoD", "per_forward": len(copies) / ev.per, "bytes_per_forward": per_bytes},
         )
-    clones = ev.ops_named("aten::clone")
+    clones = _clones(ev.scope, layout=False)
     if clones.empty:
         return None
-    shapes = zip(clones["input_dims"], clones["input_type"], strict=True)
-    per_bytes = sum(_tensor_bytes(d, t) for d, t in shapes) / ev.per
+    per_bytes = copied_bytes_per_window(ev.scope)
     callers = sorted(set(clones["parent"]) - {""})
     fix = (
         "; the in-place masked_fill_ removes the op and the copy"
@@ -359,6 +396,143 @@ def profiler_overhead(ev: Evidence) -> Finding | None:
     )
 
 
+def backward_memory(ev: Evidence) -> Finding | None:
+    """Training: what the forward kept for the backward, against one score matrix."""
+    saved = ev.numbers.get("saved_for_backward_bytes")
+    if ev.spec is None or not ev.spec.training or saved is None:
+        return None
+    scores = ev.spec.score_bytes()
+    ratio = saved / scores if scores else 0.0
+    kept = (
+        f"{ratio:.1f}x one score matrix ({_fmt_bytes(scores)}): it keeps the probabilities, "
+        "q_len x seq_len per head, for the backward; a fused kernel (flash) keeps only the output and "
+        "the log-sum-exp and recomputes the rest"
+        if ratio >= 1
+        else f"{ratio:.2f}x one score matrix ({_fmt_bytes(scores)}): no score matrix is kept, only the output "
+        "and the log-sum-exp (the backward recomputes the scores); math, naive and in-place keep the probabilities"
+    )
+    return Finding(
+        "Backward memory",
+        f"the forward left {_fmt_bytes(saved)} allocated for the backward, {kept}.",
+        {"saved_for_backward_bytes": saved, "score_matrix_bytes": scores, "ratio": ratio},
+    )
+
+
+def gqa_copy(ev: Evidence) -> Finding | None:
+    """Grouped-query attention paid for by copying K and V up to the query heads."""
+    copies = _clones(ev.scope, layout=True)
+    if copies.empty:
+        return None
+    per_bytes = _clone_bytes(copies) / ev.per
+    callers = sorted(set(copies["parent"]))
+    backend = ev.numbers.get("backend_used")
+    fix = (
+        "SDPA's enable_gqa was on, yet the math backend still repeats K and V; the flash kernel reads the shared "
+        "heads in place"
+        if backend == "math"
+        else "F.scaled_dot_product_attention(..., enable_gqa=True) avoids it where the backend supports it "
+        "(the CPU flash kernel does)"
+    )
+    return Finding(
+        "GQA copy",
+        f"{len(copies) / ev.per:g} copies {ev.unit} ({', '.join(callers)}) lay out K and V for every query head, "
+        f"{_fmt_bytes(per_bytes)} {ev.unit}; {fix}.",
+        {"copies_per_forward": len(copies) / ev.per, "bytes_per_forward": per_bytes, "callers": callers},
+    )
+
+
+def decode_bound(ev: Evidence) -> Finding | None:
+    """Few queries against a long KV cache: the forward streams K and V for little math."""
+    spec, numbers = ev.spec, ev.numbers
+    if spec is None or spec.q_len > DECODE_Q_LEN or spec.q_len >= spec.seq_len or not numbers:
+        return None
+    achieved, peak = numbers["achieved_gbps"], numbers["peak_gbps"]
+    detail = (
+        f"{spec.q_len} quer{'y' if spec.q_len == 1 else 'ies'} against {spec.seq_len} keys do "
+        f"{numbers['arithmetic_intensity']:.1f} FLOP per byte moved, below the ridge point of "
+        f"{numbers['ridge_point']:.1f}: the forward is {numbers['roofline_bound']}-bound. It moved "
+        f"{_fmt_bytes(numbers['bytes_moved'])} at {achieved:.1f} GB/s, {100 * achieved / peak:.1f}% of "
+        f"{peak:.0f} GB/s ({numbers['bandwidth_source']})"
+    )
+    if ev.scope.on_gpu and ev.scope.device_ms:
+        busy_ms = iv.total(iv.union(ev.scope.gpu["ts"], ev.scope.gpu["end"])) / 1e3 / ev.per
+        detail += (
+            f"; the host spent {ev.scope.cpu_ms:.3f} ms launching {ev.scope.kernels_per_window:g} kernels that ran "
+            f"{busy_ms:.3f} ms"
+        )
+    return Finding("Decode is bandwidth-bound", detail + ".", {"achieved_gbps": achieved, "peak_gbps": peak})
+
+
+def wrong_alignment(ev: Evidence) -> Finding | None:
+    """A causal mask aligned to the top left while queries are fewer than keys: the decode bug."""
+    q_len, kv_len = _top_left_causal_lengths(ev)
+    if q_len is None or kv_len is None or q_len >= kv_len:
+        return None
+    missed = kv_len - q_len
+    return Finding(
+        "Wrong causal alignment",
+        f"is_causal=True aligns the mask to the top left, so with {q_len} queries and {kv_len} keys query i sees "
+        f"only keys 0..i: the last query misses the newest {missed} keys it should see (the whole cache but the "
+        f"first {q_len}). Align to the bottom right: torch.nn.attention.bias.causal_lower_right({q_len}, {kv_len}) "
+        "or an explicit mask.",
+        {"q_len": q_len, "kv_len": kv_len, "keys_missed_by_last_query": missed},
+    )
+
+
+def _top_left_causal_lengths(ev: Evidence) -> tuple[int | None, int | None]:
+    if ev.spec is not None:
+        return (ev.spec.q_len, ev.spec.seq_len) if ev.spec.mask == "causal_top_left" else (None, None)
+    # An upload: an SDPA call with is_causal=True (its 6th input) and its query and key lengths.
+    calls = ev.ops_named("aten::scaled_dot_product_attention")
+    if "concrete_inputs" not in calls:
+        return None, None
+    for dims, concrete in zip(calls["input_dims"], calls["concrete_inputs"], strict=True):
+        causal = isinstance(concrete, list) and len(concrete) > 5 and concrete[5] == "True"
+        if causal and isinstance(dims, list) and len(dims) > 1 and all(isinstance(d, list) and d for d in dims[:2]):
+            return int(dims[0][-2]), int(dims[1][-2])
+    return None, None
+
+
+def dense_mask_backend(ev: Evidence) -> Finding | None:
+    """A dense mask and the SDPA backend it allowed: the one that ran, and the one that refused."""
+    spec, numbers = ev.spec, ev.numbers
+    if spec is None or spec.variant != "sdpa" or not _dense_mask(spec):
+        return None
+    used, reasons = numbers.get("backend_used"), numbers.get("backend_reasons") or {}
+    if spec.device == "cpu":
+        return Finding(
+            "Dense mask",
+            f"the {spec.mask} mask reaches SDPA as a dense attn_mask, and on the CPU torch's flash kernel takes it "
+            f"(this run used {used}); on CUDA the flash kernel takes no dense mask, so SDPA would fall back to the "
+            "efficient or math backend there.",
+            {"backend_used": used},
+        )
+    if used == "flash" or "flash" not in reasons:
+        return None
+    return Finding(
+        "Dense mask forced a slower backend",
+        f"SDPA ran {used}; flash refused: {short(reasons['flash'], NAME_IN_PROSE * 2)}",
+        {"backend_used": used, "refused": {"flash": reasons["flash"]}},
+    )
+
+
+def _dense_mask(spec: Any) -> bool:
+    return spec.mask in ("sliding_window", "padding") or (spec.mask == "causal" and spec.q_len != spec.seq_len)
+
+
+def first_call(ev: Evidence) -> Finding | None:
+    """The spec's first call, much slower than the steady state, with its cause."""
+    cause = ev.numbers.get("first_call_cause")
+    if not cause:
+        return None
+    first, steady = ev.numbers["first_call_ms"], ev.numbers["forward_unprofiled_ms"]
+    return Finding(
+        "First call >> steady state",
+        f"the first forward took {first:.3f} ms against {steady:.3f} ms once warm (x{first / steady:.1f}): {cause}.",
+        {"first_call_ms": first, "steady_ms": steady, "cause": cause},
+    )
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -376,6 +550,12 @@ RULES: tuple[Rule, ...] = (
     Rule("occupancy", "registers x threads, shared memory, deviceProperties", occupancy),
     Rule("no_kernels", "GPU launches or devices but no kernel events", no_kernels),
     Rule("profiler_overhead", "profiled vs unprofiled forward time (CPU runs)", profiler_overhead),
+    Rule("backward_memory", "memory left by attn_fwd for attn_bwd vs one score matrix (training)", backward_memory),
+    Rule("gqa_copy", "aten::clone under reshape/repeat_interleave: K and V copied per query head", gqa_copy),
+    Rule("decode_bound", "q_len <= 16 against a longer KV: bytes moved, GB/s vs peak, launch overhead", decode_bound),
+    Rule("wrong_alignment", "is_causal (top-left) with fewer queries than keys", wrong_alignment),
+    Rule("dense_mask_backend", "a dense SDPA mask: the backend that ran and the one refused", dense_mask_backend),
+    Rule("first_call", "first forward vs the steady state, with its cause", first_call),
 )
 
 
@@ -384,17 +564,11 @@ def find_insights(
     scope: WindowStats,
     kernels: pd.DataFrame,
     spec: Any | None = None,
-    unprofiled_ms: float | None = None,
+    numbers: Mapping[str, Any] | None = None,
+    backward: WindowStats | None = None,
 ) -> list[Insight]:
-    """Every rule's insight for this trace, in rule order."""
-    evidence = Evidence(
-        trace=trace,
-        scope=scope,
-        kernels=kernels,
-        dtype=getattr(spec, "dtype", None),
-        device=getattr(spec, "device", None),
-        unprofiled_ms=unprofiled_ms,
-    )
+    """Every rule's insight for this trace, in rule order; `spec` and `numbers` are our run's, if it is one."""
+    evidence = Evidence(trace, scope, kernels, spec, numbers or {}, backward)
     return [
         Insight(rule.name, found.title, found.detail, found.evidence)
         for rule in RULES

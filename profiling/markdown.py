@@ -56,3 +56,38 @@ def gpu_card(summary: dict[str, Any]) -> str:
             f"- **{label}**: " + (f"{value:,.2f}{unit}" if isinstance(value, (int, float)) else "n/a (no evidence)")
         )
     return "\n".join(lines)
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.3f} ms" if isinstance(value, (int, float)) else "n/a"
+
+
+def _mib(value: Any) -> str:
+    return f"{value / 1024**2:.2f} MiB" if isinstance(value, (int, float)) else "n/a"
+
+
+def _throughput(summary: dict[str, Any]) -> str:
+    """TFLOP/s against the compute roof, or GB/s against the bandwidth roof: whichever bounds the run."""
+    if summary.get("roofline_bound") == "memory" and summary.get("peak_gbps"):
+        share = 100 * summary["achieved_gbps"] / summary["peak_gbps"]
+        return f"{summary['achieved_gbps']:.1f} GB/s ({share:.1f}% of peak)"
+    percent = summary.get("percent_of_peak")
+    return f"{summary.get('achieved_tflops', 0):.3f} TFLOP/s" + (f" ({percent:.1f}% of peak)" if percent else "")
+
+
+def metric_cards(summary: dict[str, Any]) -> str:
+    """Profile's headline: one row of the numbers a reader looks for first."""
+    training = summary.get("mode") == "training"
+    forward = summary.get("forward_device_ms") or summary.get("forward_unprofiled_ms")
+    cards = {
+        "forward": _ms(forward),
+        **({"backward": _ms(summary.get("backward_device_ms") or summary.get("backward_cpu_ms"))} if training else {}),
+        "kernels / forward": f"{summary.get('kernels_per_forward', 0):g}",
+        "peak memory": _mib(summary.get("peak_memory_bytes")),
+        **({"saved for backward": _mib(summary.get("saved_for_backward_bytes"))} if training else {}),
+        "throughput": _throughput(summary),
+        "max abs error": f"{summary.get('max_abs_error', 0):.2e}",
+        "backend used": escape(summary.get("backend_used") or summary.get("variant") or "n/a"),
+    }
+    header = " | ".join(cards)
+    return f"| {header} |\n|{' --- |' * len(cards)}\n| " + " | ".join(f"**{v}**" for v in cards.values()) + " |"

@@ -50,6 +50,7 @@ GPU_PEAKS: tuple[GpuPeak, ...] = (
 )
 _PATTERNS = tuple((re.compile(rf"(?<![\w]){p.pattern}(?![\w])"), p) for p in GPU_PEAKS)
 MATMUL_SIZE = {"cpu": 1024, "cuda": 8192}
+COPY_BYTES = {"cpu": 64 * 1024**2, "cuda": 1024**3}  # past the caches: a copy this size streams memory
 VENDOR = "vendor peak"
 
 
@@ -94,6 +95,25 @@ def peak_tflops(device: str, name: str, dtype: str) -> tuple[float, str]:
     return matmul_tflops(device, dtype), f"measured {MATMUL_SIZE.get(device, 1024)}² matmul"
 
 
+def peak_gbps(device: str, name: str) -> tuple[float, str]:
+    """The bandwidth yardstick and where it came from: the vendor's HBM figure, or a copy measured here."""
+    gpu = known_gpu(name) if device == "cuda" else None
+    if gpu is not None:
+        return gpu.bandwidth_gbps * _sm_share(gpu, sm_count(device)), VENDOR
+    return copy_gbps(device), f"measured {COPY_BYTES.get(device, COPY_BYTES['cpu']) // 1024**2} MiB copy"
+
+
+@functools.lru_cache(maxsize=4)
+def copy_gbps(device: str) -> float:
+    """GB/s of one large tensor copy here (read plus write), measured once per process and device."""
+    n = COPY_BYTES.get(device, COPY_BYTES["cpu"])
+    src = torch.ones(n // 4, device=device)
+    dst = torch.empty_like(src)
+    timer = benchmark.Timer("dst.copy_(src)", globals={"src": src, "dst": dst}, num_threads=torch.get_num_threads())
+    seconds = timer.blocked_autorange(min_run_time=0.2).median
+    return 2 * n / seconds / 1e9
+
+
 @functools.lru_cache(maxsize=8)
 def matmul_tflops(device: str, dtype: str) -> float:
     """TFLOP/s of one large square matmul here, measured once per process and device/dtype."""
@@ -116,4 +136,22 @@ def roofline(flops: int, score_bytes: int, fused: bool, seconds: float, peak: fl
         "percent_of_peak": round(100 * achieved / peak, 2) if peak else None,
         # A materialised score matrix is written then read at least once; a fused kernel keeps it on chip.
         "score_matrix_bytes": 0 if fused else 2 * score_bytes,
+    }
+
+
+def memory_roofline(flops: int, bytes_moved: int, seconds: float, peak_tflops: float, peak_gbps: float) -> dict:
+    """Achieved GB/s over the least traffic a forward can do, and which roof bounds it.
+
+    A forward is memory-bound when its arithmetic intensity (FLOPs per byte moved) is below the
+    ridge point, peak FLOP/s over peak bytes/s: there, bandwidth runs out before compute does.
+    """
+    achieved = bytes_moved / seconds / 1e9 if seconds > 0 else 0.0
+    intensity = flops / bytes_moved if bytes_moved else 0.0
+    ridge = peak_tflops * 1e12 / (peak_gbps * 1e9) if peak_gbps else 0.0
+    return {
+        "bytes_moved": bytes_moved,
+        "achieved_gbps": round(achieved, 3),
+        "arithmetic_intensity": round(intensity, 3),
+        "ridge_point": round(ridge, 3),
+        "roofline_bound": "memory" if intensity < ridge else "compute",
     }

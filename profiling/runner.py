@@ -7,13 +7,14 @@ A `Measurement` is plain, picklable data, so a run can happen in a worker proces
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import statistics
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import attention
 from attention import AttentionSpec
-from profiling.roofline import device_name, peak_tflops
+from profiling.roofline import device_name, peak_gbps, peak_tflops
 from profiling.windows import FORWARD
 
 WARMUP_CALLS = 3
@@ -42,21 +43,29 @@ class RunError(RuntimeError):
 
 KEY_AVERAGES_ROWS = 60  # rows of the `key_averages` text table written beside the trace
 KEY_AVERAGES_NAME_WIDTH = 80
+BACKWARD = "attn_bwd"
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """What one run measured, besides the trace it wrote."""
+    """What one run measured, besides the trace it wrote. Plain data: it crosses process boundaries."""
 
     spec: AttentionSpec
     trace_path: Path
     table_path: Path
-    unprofiled_ms: float
+    unprofiled_ms: float  # a forward alone, without the profiler
     max_abs_error: float
     device_name: str
     torch_version: str
     peak_tflops: float
     peak_source: str
+    peak_gbps: float
+    bandwidth_source: str
+    first_call_ms: float  # the spec's first forward in this process, before any warm-up
+    first_call_fresh: bool  # False when this process had already run the same spec
+    backend_reasons: dict[str, str] = field(default_factory=dict)  # SDPA backends that refuse this call, and why
+    step_unprofiled_ms: float | None = None  # training: forward plus backward, without the profiler
+    max_abs_grad_error: float | None = None  # training: the largest error in dQ, dK, dV against float64
 
 
 def run_name(spec: AttentionSpec) -> str:
@@ -111,15 +120,20 @@ class Deadline:
             raise RunError(f"time limit: the run passed {self.limit_s:.0f} s during {stage}; try a smaller shape")
 
 
+_RUN_HERE: set[AttentionSpec] = set()  # specs this process has run: their first call is no longer cold
+
+
 def measure(
     spec: AttentionSpec,
     trace_dir: str | Path,
     progress: Progress | None = None,
     time_limit_s: float | None = None,
 ) -> Measurement:
-    """Profile `ACTIVE` forwards of `spec`; write `<run-name>.json` (Chrome trace) and `.txt` to `trace_dir`.
+    """Profile `ACTIVE` steps of `spec`; write `<run-name>.json` (Chrome trace) and `.txt` to `trace_dir`.
 
-    Raises SpecError when the spec cannot run on its device, RunError when the run fails.
+    A step is one forward in `record_function("attn_fwd")`, and in training mode one backward in
+    `record_function("attn_bwd")` after it. Raises SpecError when the spec cannot run here, RunError
+    when the run fails.
     """
     report = progress or (lambda fraction, message: None)
     attention.preflight(spec)  # CUDA present, supported, fits in memory: else SpecError naming the field
@@ -128,18 +142,36 @@ def measure(
     trace_dir = Path(trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
     deadline = Deadline(time_limit_s)
-    name = run_name(spec)
     try:
-        report(0.05, "allocating inputs")
-        forward = attention.prepare(spec)
-        with torch.no_grad():
-            _warm_up(forward, spec, report, deadline)
-            prof, out = _profile(forward, spec, report, deadline)
+        with torch.set_grad_enabled(spec.training), _out_of_memory_is_a_run_error(spec):
+            report(0.05, "allocating inputs")
+            run = attention.prepare(spec)
+            reasons = attention.backend_reasons(run) if spec.variant == "sdpa" else {}
+            first_ms, fresh = _warm_up(run, report, deadline)
+            prof, out = _profile(run, report, deadline)
             report(0.8, "timing without the profiler")
-            unprofiled_ms = _unprofiled_ms(forward, spec.device)
+            forward_ms, step_ms = _unprofiled(run)
             deadline.check("timing")
             report(0.85, "measuring error against float64")
-            error = (out.double() - forward.reference().output).abs().max().item()
+            error, grad_error = _errors(run, out)
+    finally:
+        _RUN_HERE.add(spec)
+    report(0.9, "exporting the trace")
+    trace_path, table_path = _export(prof, spec, trace_dir / run_name(spec))
+    report(0.95, "measuring the device's peaks")
+    gpu = device_name(spec.device)
+    tflops, tflops_source = peak_tflops(spec.device, gpu, spec.dtype)
+    gbps, gbps_source = peak_gbps(spec.device, gpu)
+    return Measurement(
+        spec, trace_path, table_path, forward_ms, error, gpu, torch.__version__, tflops, tflops_source,
+        gbps, gbps_source, first_ms, fresh, reasons, step_ms, grad_error,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _out_of_memory_is_a_run_error(spec: AttentionSpec) -> Iterator[None]:
+    try:
+        yield
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         raise RunError(
@@ -149,40 +181,62 @@ def measure(
         if CPU_OOM not in str(exc):
             raise
         raise RunError(f"out of CPU memory for {_shape(spec)}; try a smaller seq_len or batch") from None
-    report(0.9, "exporting the trace")
-    trace_path, table_path = _export(prof, spec, trace_dir / name)
-    report(0.95, "measuring the device's peak")
-    gpu_name = device_name(spec.device)
-    peak, source = peak_tflops(spec.device, gpu_name, spec.dtype)
-    return Measurement(spec, trace_path, table_path, unprofiled_ms, error, gpu_name, torch.__version__, peak, source)
 
 
-def _warm_up(forward: Callable[[], torch.Tensor], spec: AttentionSpec, report: Progress, deadline: Deadline) -> None:
+def _step(run: attention.Prepared) -> torch.Tensor:
+    """One forward, and in training its backward, each in its own annotated window."""
+    with record_function(FORWARD):
+        out = run()
+    if run.spec.training:
+        with record_function(BACKWARD):
+            run.backward(out)
+    return out
+
+
+def _warm_up(run: attention.Prepared, report: Progress, deadline: Deadline) -> tuple[float, bool]:
+    """The warm-up steps; returns the first forward's time (ms) and whether it was this process's first."""
+    spec = run.spec
+    fresh = spec not in _RUN_HERE
     for i in range(WARMUP_CALLS):
         report(0.1 + 0.2 * i / WARMUP_CALLS, "warm-up" + (" (compiling)" if spec.compile and i == 0 else ""))
-        _warm(forward, spec)
+        _sync(spec.device)
+        start = time.perf_counter()
+        out = _warm(run, spec)
+        _sync(spec.device)
+        if i == 0:
+            first_ms = (time.perf_counter() - start) * 1e3
+        if spec.training:
+            run.backward(out)
         deadline.check("warm-up")
     _sync(spec.device)
+    return first_ms, fresh
 
 
-def _profile(
-    forward: Callable[[], torch.Tensor], spec: AttentionSpec, report: Progress, deadline: Deadline
-) -> tuple[profile, torch.Tensor]:
+def _profile(run: attention.Prepared, report: Progress, deadline: Deadline) -> tuple[profile, torch.Tensor]:
     steps = WAIT + WARMUP + ACTIVE
     with profile(
-        activities=_activities(spec.device),
+        activities=_activities(run.spec.device),
         schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
         record_shapes=True,
         profile_memory=True,
     ) as prof:
         for step in range(steps):
             report(0.3 + 0.5 * step / steps, f"profiling step {step + 1}/{steps}")
-            with record_function(FORWARD):
-                out = forward()
-            _sync(spec.device)
+            out = _step(run)
+            _sync(run.spec.device)
             prof.step()
             deadline.check("profiling")
     return prof, out
+
+
+def _errors(run: attention.Prepared, out: torch.Tensor) -> tuple[float, float | None]:
+    """The largest |out - ref| and, in training, the largest error of dQ, dK, dV, against float64."""
+    ref = run.reference()
+    error = (out.detach().double() - ref.output).abs().max().item()
+    if ref.grads is None:
+        return error, None
+    grads = (run.query.grad, run.key.grad, run.value.grad)
+    return error, max((g.double() - r).abs().max().item() for g, r in zip(grads, ref.grads, strict=True))
 
 
 def _export(prof: profile, spec: AttentionSpec, stem: Path) -> tuple[Path, Path]:
@@ -197,19 +251,28 @@ def _export(prof: profile, spec: AttentionSpec, stem: Path) -> tuple[Path, Path]
     return trace_path, table_path
 
 
-def _unprofiled_ms(forward: Callable[[], torch.Tensor], device: str) -> float:
-    """Median wall time of a forward with no profiler attached (synchronised on CUDA)."""
+def _median_ms(call: Callable[[], object], device: str) -> float:
+    """Median wall time of `call` with no profiler attached (synchronised on CUDA)."""
     times: list[float] = []
     while len(times) < UNPROFILED_CALLS or (sum(times) < UNPROFILED_MIN_S and len(times) < UNPROFILED_MAX_CALLS):
         _sync(device)
         start = time.perf_counter()
-        forward()
+        call()
         _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
 
 
+def _unprofiled(run: attention.Prepared) -> tuple[float, float | None]:
+    """A forward alone, and in training a whole step (forward plus backward), timed without the profiler."""
+    forward_ms = _median_ms(run, run.spec.device)
+    if not run.spec.training:
+        return forward_ms, None
+    return forward_ms, _median_ms(lambda: run.backward(run()), run.spec.device)
+
+
 def _warm(forward: Callable[[], torch.Tensor], spec: AttentionSpec) -> torch.Tensor:
+    """A forward; with torch.compile, a failed compile becomes a clear RunError."""
     if not spec.compile:
         return forward()
     try:

@@ -10,16 +10,16 @@ from typing import Any, TypedDict
 
 import pandas as pd
 
+from attention import AttentionSpec
+from profiling.backend_used import backend_used
 from profiling.gpu_metrics import gpu_metrics
 from profiling.idle_time import idle_time
-from profiling.insights import Insight
-from profiling.roofline import roofline
+from profiling.insights import copied_bytes_per_window
+from profiling.roofline import memory_roofline, roofline
 from profiling.runner import Measurement
 from profiling.step_breakdown import StepBreakdown
 from profiling.trace import Trace
 from profiling.windows import WindowStats
-
-HIDDEN_COPY = "hidden_copy"  # the insight rule whose evidence gives copied_bytes_per_forward
 
 
 class RunSummary(TypedDict):
@@ -56,6 +56,39 @@ class RunSummary(TypedDict):
     copied_bytes_per_forward: float
     per_forward_ops: dict[str, float]
     per_forward_kernels: dict[str, float]
+    # The run's other parameters, echoed.
+    mode: str
+    kv_heads: int
+    q_len: int
+    mask: str
+    window: int
+    valid_len: list[int]
+    # Which SDPA backend ran (read from the trace), and why the others would refuse this call.
+    backend_used: str | None
+    backend_reasons: dict[str, str]
+    # The spec's first forward in a process, before warm-up, apart from the steady state.
+    first_call_ms: float
+    first_call_fresh: bool
+    first_call_cause: str | None
+    # Training mode (null in inference).
+    backward_cpu_ms: float | None
+    backward_device_ms: float | None
+    step_unprofiled_ms: float | None
+    kernels_per_backward: float | None
+    per_backward_kernels: dict[str, float] | None
+    saved_for_backward_bytes: int | None
+    peak_memory_backward_bytes: int | None
+    backward_flops: int | None
+    backward_tflops: float | None
+    max_abs_grad_error: float | None
+    # The memory roofline.
+    bytes_moved: int
+    achieved_gbps: float
+    peak_gbps: float
+    bandwidth_source: str
+    arithmetic_intensity: float
+    ridge_point: float
+    roofline_bound: str
 
 
 class TraceSummary(TypedDict):
@@ -98,6 +131,16 @@ SUMMARY_KEYS: tuple[str, ...] = (
 )
 ANALYZE_KEYS: tuple[str, ...] = ("events", "kernel_events", "kernel_time_us", "devices", "insights")
 TIME_DIGITS = 4
+RUN_FIELDS = (
+    *("variant", "backend", "device", "dtype", "batch", "heads", "seq_len", "head_dim", "compile"),
+    *("mode", "kv_heads", "q_len", "mask", "window", "valid_len"),
+)
+BACKWARD_KEYS = (
+    *("backward_cpu_ms", "backward_device_ms", "step_unprofiled_ms", "kernels_per_backward", "per_backward_kernels"),
+    *("peak_memory_backward_bytes", "backward_flops", "backward_tflops", "max_abs_grad_error"),
+    "saved_for_backward_bytes",
+)
+FIRST_CALL_NOTICE = 3.0  # a first call slower than this many steady forwards is worth a cause
 
 
 def _ms(value: float | None) -> float | None:
@@ -105,60 +148,119 @@ def _ms(value: float | None) -> float | None:
 
 
 def run_summary(
-    run: Measurement, trace: Trace, forwards: WindowStats, op_table: pd.DataFrame, insights: list[Insight]
+    run: Measurement,
+    trace: Trace,
+    forwards: WindowStats,
+    backward: WindowStats | None,
+    op_table: pd.DataFrame,
 ) -> RunSummary:
     """The summary of one of our runs, from what it measured and what its trace shows.
 
-    `self_device_total_ms` is all the GPU activity (kernels, memcpy, memset) in the profiled steps.
+    `insights` is left empty: the insight rules read this summary, then fill it in.
     """
+    spec = run.spec
+    return RunSummary(
+        **_run_keys(run),  # type: ignore[typeddict-item]
+        **_forward_keys(run, trace, forwards, op_table),
+        **_first_call_keys(run),
+        **_backward_keys(run, forwards, backward),
+        insights=[],
+        backend_used=backend_used(forwards) if spec.variant == "sdpa" else None,
+        backend_reasons=dict(run.backend_reasons),
+    )
+
+
+def _run_keys(run: Measurement) -> dict[str, Any]:
+    spec = run.spec
+    fields = spec.as_dict()
+    return {
+        **{key: fields[key] for key in RUN_FIELDS},
+        "device_name": run.device_name,
+        "torch_version": run.torch_version,
+        "max_abs_error": run.max_abs_error,
+        "forward_unprofiled_ms": round(run.unprofiled_ms, TIME_DIGITS),
+        "flops_per_forward": spec.flops(),
+        "peak_gbps": round(run.peak_gbps, 3),
+        "bandwidth_source": run.bandwidth_source,
+    }
+
+
+def _forward_keys(run: Measurement, trace: Trace, forwards: WindowStats, op_table: pd.DataFrame) -> dict[str, Any]:
     spec = run.spec
     on_cuda = spec.device == "cuda"
     # Throughput from the truest time there is: the device's; on the CPU, the unprofiled one.
     seconds = (forwards.device_ms if on_cuda and forwards.device_ms else run.unprofiled_ms) / 1e3
     fused = forwards.kernels_per_window <= 1 and forwards.count > 0
     device_us = float(trace.gpu_activity["dur"].sum()) if on_cuda else None
-    return RunSummary(
-        variant=spec.variant,
-        backend=spec.backend,
-        device=spec.device,
-        device_name=run.device_name,
-        dtype=spec.dtype,
-        batch=spec.batch,
-        heads=spec.heads,
-        seq_len=spec.seq_len,
-        head_dim=spec.head_dim,
-        torch_version=run.torch_version,
-        forward_cpu_ms=round(forwards.cpu_ms, TIME_DIGITS),
-        forward_device_ms=_ms(forwards.device_ms) if on_cuda else None,
-        self_cpu_total_ms=round(float(op_table["self cpu (us)"].sum()) / 1e3, TIME_DIGITS),
-        self_device_total_ms=_ms(device_us / 1e3) if device_us is not None else None,
-        kernels_per_forward=forwards.kernels_per_window,
-        ops_per_forward=forwards.ops_per_window,
-        peak_memory_bytes=forwards.peak_memory_bytes,
-        max_abs_error=run.max_abs_error,
-        insights=[i.text for i in insights],
-        compile=spec.compile,
-        forwards=forwards.count,
-        forward_unprofiled_ms=round(run.unprofiled_ms, TIME_DIGITS),
-        flops_per_forward=spec.flops(),
+    return {
+        "forwards": forwards.count,
+        "forward_cpu_ms": round(forwards.cpu_ms, TIME_DIGITS),
+        "forward_device_ms": _ms(forwards.device_ms) if on_cuda else None,
+        # All the GPU activity (kernels, memcpy, memset) in the profiled steps.
+        "self_device_total_ms": _ms(device_us / 1e3) if device_us is not None else None,
+        "self_cpu_total_ms": round(float(op_table["self cpu (us)"].sum()) / 1e3, TIME_DIGITS),
+        "kernels_per_forward": forwards.kernels_per_window,
+        "ops_per_forward": forwards.ops_per_window,
+        "peak_memory_bytes": forwards.peak_memory_bytes,
+        "copied_bytes_per_forward": copied_bytes_per_window(forwards),
+        "per_forward_ops": per_window_counts(forwards.ops["name"], forwards.count),
+        "per_forward_kernels": per_window_counts(_kernels(forwards, on_cuda)["name"], forwards.count),
         **roofline(spec.flops(), spec.score_bytes(), fused, seconds, run.peak_tflops, run.peak_source),
-        copied_bytes_per_forward=next(
-            (i.evidence.get("bytes_per_forward", 0) for i in insights if i.rule == HIDDEN_COPY), 0
-        ),
-        per_forward_ops=per_window_counts(forwards.ops["name"], forwards.count),
-        per_forward_kernels=per_window_counts(
-            (forwards.gpu if on_cuda else forwards.compute_ops)["name"], forwards.count
-        ),
-    )
+        **memory_roofline(spec.flops(), spec.bytes_moved(), seconds, run.peak_tflops, run.peak_gbps),
+    }
+
+
+def _kernels(windows: WindowStats, on_cuda: bool) -> pd.DataFrame:
+    """What counts as a kernel: GPU activity on CUDA, the leaf compute ops on the CPU."""
+    return windows.gpu if on_cuda else windows.compute_ops
+
+
+def _first_call_keys(run: Measurement) -> dict[str, Any]:
+    spec = run.spec
+    cold = run.first_call_ms > FIRST_CALL_NOTICE * run.unprofiled_ms
+    return {
+        "first_call_ms": round(run.first_call_ms, TIME_DIGITS),
+        "first_call_fresh": run.first_call_fresh,
+        "first_call_cause": first_call_cause(spec) if cold else None,
+    }
+
+
+def first_call_cause(spec: AttentionSpec) -> str:
+    """What a cold first call pays for, from what the run does (the trace and timing say how much)."""
+    if spec.compile:
+        return "torch.compile: Dynamo traces the function and Inductor generates and compiles its kernels"
+    if spec.device == "cuda" and spec.variant == "sdpa" and spec.backend == "cudnn":
+        return "cuDNN builds its execution plan for this shape on the first call"
+    if spec.device == "cuda":
+        return "lazy initialisation: CUDA loads the kernels' modules and the caching allocator grows its pools"
+    return "allocation: the first call's tensors are fresh pages the kernel has to fault in"
+
+
+def _backward_keys(run: Measurement, forwards: WindowStats, backward: WindowStats | None) -> dict[str, Any]:
+    spec = run.spec
+    if not spec.training or backward is None:
+        return dict.fromkeys(BACKWARD_KEYS)
+    on_cuda = spec.device == "cuda"
+    # The device's time where there is one; on the CPU, a step's unprofiled time less its forward's.
+    unprofiled = run.step_unprofiled_ms - run.unprofiled_ms if run.step_unprofiled_ms else None
+    ms = (backward.device_ms if on_cuda else None) or unprofiled
+    return {
+        # What the forward left allocated for the backward: the output and the tensors autograd saved.
+        "saved_for_backward_bytes": forwards.retained_bytes,
+        "backward_cpu_ms": round(backward.cpu_ms, TIME_DIGITS),
+        "backward_device_ms": _ms(backward.device_ms) if on_cuda else None,
+        "step_unprofiled_ms": _ms(run.step_unprofiled_ms),
+        "kernels_per_backward": backward.kernels_per_window,
+        "per_backward_kernels": per_window_counts(_kernels(backward, on_cuda)["name"], backward.count),
+        "peak_memory_backward_bytes": backward.peak_memory_bytes,
+        "backward_flops": spec.backward_flops(),
+        "backward_tflops": round(spec.backward_flops() / ms / 1e9, 4) if ms and ms > 0 else None,
+        "max_abs_grad_error": run.max_abs_grad_error,
+    }
 
 
 def trace_summary(
-    trace: Trace,
-    forwards: WindowStats | None,
-    steps: int,
-    annotations: int,
-    insights: list[Insight],
-    breakdown: StepBreakdown,
+    trace: Trace, forwards: WindowStats | None, steps: int, annotations: int, breakdown: StepBreakdown
 ) -> TraceSummary:
     """The summary of any trace: what it holds, its GPU metrics, steps and idle time, and its forwards."""
     kernels = trace.kernels
@@ -167,7 +269,7 @@ def trace_summary(
         kernel_events=len(kernels),
         kernel_time_us=float(kernels["dur"].sum()),
         devices=trace.devices,
-        insights=[i.text for i in insights],
+        insights=[],  # filled in by the insight rules
         source=trace.source,
         gpu_activity_events=len(trace.gpu_activity),
         skipped_events=int(trace.skipped),

@@ -32,6 +32,7 @@ def sweep(
     report = progress or (lambda fraction, message: None)
     seq_lens = sorted(set(seq_lens))
     _check_size(runs, seq_lens)
+    _check_values(base, seq_lens)
     budget = memory_budget(base.device) if budget_bytes is None else budget_bytes
     deadline = Deadline(time_limit_s)
     rows: list[dict[str, Any]] = []
@@ -40,9 +41,8 @@ def sweep(
         label = run_label(variant, backend, base.compile)
         for s, seq_len in enumerate(seq_lens):
             report((v * len(seq_lens) + s) / total, f"{label} at seq_len {seq_len}")
-            row = _point(
-                base.replace(variant=variant, backend=backend, seq_len=seq_len), label, budget, trace_dir, deadline
-            )
+            spec = base.replace(variant=variant, backend=backend, seq_len=seq_len)
+            row = _point(spec, label, budget, trace_dir, deadline)
             rows.append(row)
             if row["status"] == "stopped":
                 break
@@ -58,6 +58,12 @@ def _check_size(runs: list[tuple[str, str]], seq_lens: list[int]) -> None:
         raise SpecError(
             "seq_lens", f"give 1 to {most} seq_len values for {len(runs)} variant(s) (at most {MAX_POINTS} points)"
         )
+
+
+def _check_values(base: AttentionSpec, seq_lens: list[int]) -> None:
+    """Every point is a valid spec (seq_len in range, a fixed q_len no longer than it): else SpecError, up front."""
+    for seq_len in seq_lens:
+        base.replace(seq_len=seq_len)
 
 
 def _point(spec: AttentionSpec, label: str, budget: int, trace_dir: str | Path, deadline: Deadline) -> dict[str, Any]:
@@ -76,10 +82,18 @@ def _point(spec: AttentionSpec, label: str, budget: int, trace_dir: str | Path, 
         "seq_len": spec.seq_len,
         "status": "ok",
         "reason": None,
+        "q_len": spec.q_len,
         "forward_ms": forward_ms(dict(summary)),
         **{key: summary[key] for key in POINT_KEYS if key != "forward_ms"},  # type: ignore[literal-required]
     }
 
 
 def _stopped(label: str, seq_len: int, reason: str) -> dict[str, Any]:
-    return {"run": label, "seq_len": seq_len, "status": "stopped", "reason": reason, **dict.fromkeys(POINT_KEYS)}
+    return {
+        "run": label,
+        "seq_len": seq_len,
+        "status": "stopped",
+        "reason": reason,
+        "q_len": None,
+        **dict.fromkeys(POINT_KEYS),
+    }

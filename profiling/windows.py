@@ -73,6 +73,7 @@ class WindowStats:
     gpu: pd.DataFrame  # GPU activity launched from inside the windows, with `window`
     on_gpu: bool
     peak_memory_bytes: int
+    retained_bytes: int  # allocated at a window's end above the level before it (mean over windows)
 
     @property
     def compute_ops(self) -> pd.DataFrame:
@@ -129,6 +130,8 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
     else:
         gpu = gpu.assign(window=0)
 
+    # Allocations count on any thread of the process: the backward allocates on autograd's thread.
+    peak, retained = memory_levels(ev, launched_in, device_type=1 if on_gpu else 0)
     device_ms = None
     if len(gpu):
         spans = gpu.groupby("window").agg(start=("ts", "min"), stop=("end", "max"))
@@ -142,7 +145,8 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         ops=ops,
         gpu=gpu,
         on_gpu=on_gpu,
-        peak_memory_bytes=peak_memory(ev, where, device_type=1 if on_gpu else 0),
+        peak_memory_bytes=peak,
+        retained_bytes=retained,
     )
 
 
@@ -230,13 +234,19 @@ def window_table(trace: Trace, names: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=WINDOW_COLUMNS)
 
 
-def peak_memory(events: pd.DataFrame, where: np.ndarray, device_type: int) -> int:
-    """Highest bytes allocated inside a window above the level just before it (max over windows)."""
+def memory_levels(events: pd.DataFrame, where: np.ndarray, device_type: int) -> tuple[int, int]:
+    """Bytes allocated above the level just before a window: the highest inside it, and what is left at its end.
+
+    The peak is the max over windows; what is left (memory a forward keeps for its backward: the
+    output and the saved tensors) is the mean over windows. Both from the profiler's `[memory]` events.
+    """
     memory = events[(events["name"] == "[memory]") & (events["device_type"] == device_type) & (where >= 0)]
     if memory.empty:
-        return 0
+        return 0, 0
     memory = memory.assign(window=where[memory.index]).sort_values("ts", kind="stable")
-    before = memory.groupby("window").first()
-    baseline = before["total_allocated"] - before["alloc_bytes"]
-    peak = memory.groupby("window")["total_allocated"].max()
-    return int(max(0.0, float((peak - baseline).max())))
+    grouped = memory.groupby("window")
+    first = grouped.first()
+    baseline = first["total_allocated"] - first["alloc_bytes"]
+    peak = grouped["total_allocated"].max() - baseline
+    left = grouped["total_allocated"].last() - baseline
+    return int(max(0.0, float(peak.max()))), int(max(0.0, float(left.mean())))

@@ -7,7 +7,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from gradio_client.utils import QueueError
 
-import app
+import endpoints as app
 from tests.conftest import ROOT, _free_port
 
 SMALL = ("inplace", "auto", 1, 2, 32, 16, "float32", "cpu")
@@ -117,7 +117,9 @@ def test_app_file_accepts_only_uploads_and_runs(tmp_path):
 
 
 def test_a_full_queue_says_so_and_serves_the_rest():
-    demo = app.build_demo(queue_size=1)
+    import app as layout
+
+    demo = layout.build_demo(queue_size=1)
     port = _free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     url = f"http://127.0.0.1:{port}/"
