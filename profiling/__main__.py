@@ -13,13 +13,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from attention import BACKENDS, DEVICES, DTYPES, PRESETS, RUN_NAMES, VARIANTS, AttentionSpec, SpecError
+from attention import BACKENDS, DEVICES, DTYPES, MASKS, MODES, PRESETS, RUN_NAMES, VARIANTS, AttentionSpec, SpecError
 from profiling.trace import TraceError
 
 SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
+PRACTICE_FIELDS = ("mode", "kv_heads", "q_len", "mask", "window", "valid_len")
 KERNEL_ROWS = 20  # kernels printed by `analyze`
 KERNEL_NAME_WIDTH = 70
-QUIET_KEYS = ("insights", "per_forward_ops", "per_forward_kernels")
+QUIET_KEYS = ("insights", "per_forward_ops", "per_forward_kernels", "per_backward_kernels", "gpus")
 
 
 class UsageError(ValueError):
@@ -35,8 +36,19 @@ def add_shape_args(parser: argparse.ArgumentParser, preset: str = "cpu-small", d
     parser.add_argument("--device", choices=DEVICES, default=device)
 
 
+def add_practice_args(parser: argparse.ArgumentParser) -> None:
+    """Training, GQA, decode and mask flags; their defaults reproduce the blog's runs."""
+    parser.add_argument("--mode", choices=MODES, default="inference", help="training adds the backward pass")
+    parser.add_argument("--kv-heads", type=int, default=0, help="key/value heads (GQA); 0 means --heads")
+    parser.add_argument("--q-len", type=int, default=0, help="queries per call; 0 means --seq-len; 1 is decode")
+    parser.add_argument("--mask", choices=MASKS, default="causal", help="causal is bottom-right aligned")
+    parser.add_argument("--window", type=int, default=0, help="keys each query sees, for --mask sliding_window")
+    parser.add_argument("--valid-len", default="", help="for --mask padding: one length, or a comma list per row")
+
+
 def _run_args(parser: argparse.ArgumentParser) -> None:
     add_shape_args(parser)
+    add_practice_args(parser)
     parser.add_argument("--compile", action="store_true", help="wrap the attention in torch.compile")
     parser.add_argument("--trace-dir", default=None, help="where traces go (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -64,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_args(args: argparse.Namespace, **extra: Any) -> AttentionSpec:
     """The spec the shape flags describe (plus `extra` fields such as variant and backend)."""
-    fields = (*SHAPE_FIELDS, "dtype", "device", "compile")
+    fields = (*SHAPE_FIELDS, "dtype", "device", "compile", *PRACTICE_FIELDS)
     return AttentionSpec(**{f: getattr(args, f) for f in fields if hasattr(args, f)}, **extra)
 
 

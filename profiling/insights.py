@@ -451,7 +451,7 @@ def decode_bound(ev: Evidence) -> Finding | None:
         f"{spec.q_len} quer{'y' if spec.q_len == 1 else 'ies'} against {spec.seq_len} keys do "
         f"{numbers['arithmetic_intensity']:.1f} FLOP per byte moved, below the ridge point of "
         f"{numbers['ridge_point']:.1f}: the forward is {numbers['roofline_bound']}-bound. It moved "
-        f"{_fmt_bytes(numbers['bytes_moved'])} at {achieved:.1f} GB/s, {100 * achieved / peak:.1f}% of "
+        f"{_fmt_bytes(numbers['bytes_moved'])} at {achieved:.3g} GB/s, {100 * achieved / peak:.2g}% of "
         f"{peak:.0f} GB/s ({numbers['bandwidth_source']})"
     )
     if ev.scope.on_gpu and ev.scope.device_ms:
