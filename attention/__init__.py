@@ -8,7 +8,7 @@ from attention.backends import backend_reasons
 from attention.errors import SpecError
 from attention.flex import block_sparsity
 from attention.masks import MASKS
-from attention.memory import MemoryEstimate, estimate
+from attention.memory import MemoryEstimate, memory_estimate
 from attention.prepared import Prepared, build, make_inputs, prepare, upstream_gradient
 from attention.reference import REFERENCE_BLOCK_BYTES, Reference, reference_attention
 from attention.registry import (
@@ -56,10 +56,10 @@ __all__ = [
     "backend_reasons",
     "block_sparsity",
     "build",
-    "estimate",
     "format_bytes",
     "make_inputs",
     "memory_budget",
+    "memory_estimate",
     "parse_run",
     "parse_runs",
     "parse_seq_lens",

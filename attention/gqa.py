@@ -1,6 +1,7 @@
 """Grouped-query attention as eager model code does it: copy each key/value head for its query heads.
 
-The same `expand` + `reshape` as transformers' `repeat_kv`, so the copy is visible in a profile.
+The same `expand` + `reshape` as transformers' `repeat_kv`, so the copy is visible in a profile: in
+`reshape` for GQA, or in the next `matmul` for MQA (one key/value head reshapes as a view).
 """
 
 import torch

@@ -1,4 +1,8 @@
-"""Naive attention with `masked_fill_`: the one-line change that removes a copy."""
+"""Naive attention with `masked_fill_`: the one-line change that removes a copy.
+
+`mask` is the dense mask (True = masked) that `prepare` built, or None when nothing is masked; fewer
+key/value heads (GQA) are copied up to the query heads first.
+"""
 
 import torch
 

@@ -4,6 +4,10 @@ A run holds its inputs (and, in training, their gradients and the upstream gradi
 throughout; builds its dense mask once (only the variants that take one); then runs forwards (and
 backwards), and last the float64 reference. The peak is the persistent part plus the larger of the
 forward's and the reference's temporaries. Score matrices are `[batch, heads, q_len, seq_len]`.
+
+It counts live tensors. glibc serves allocations under its mmap threshold (32 MiB at most) from a heap
+that keeps freed memory, so a run made of many small blocks can hold a few times their size in RSS;
+at the sizes where memory matters, tensors are larger than that and are returned on free.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from attention.reference import block_rows
 if TYPE_CHECKING:
     from attention.spec import AttentionSpec
 
-# Score matrices alive at the forward's peak (inference) and at the backward's peak (training), in the
-# compute dtype, measured on CPU with torch 2.13 (tests/attention/test_memory.py holds the estimate to 2x):
-# naive and in-place hold the scaled scores and the next result at once; in training the saved
-# probabilities stay while the backward holds two gradients of the scores.
+# Score matrices alive at the forward's peak (inference) and at the backward's peak (training), measured
+# on CPU with torch 2.13 at 1x16x2048x64 (tests/attention/test_memory.py holds the estimate to 2x of the
+# peak RSS growth): naive and in-place hold the scaled scores and the next result at once (masked_fill_
+# saves a copy's traffic, not its peak); in training the saved probabilities stay while the backward holds
+# two gradients of the scores. The math backend and eager flex compute their scores in float32 whatever
+# the inputs' dtype (bfloat16 math measured 685 MiB against 645 MiB in float32).
 SCORE_MATRICES: dict[str, tuple[int, int]] = {
     "naive": (2, 3),
     "inplace": (2, 3),
@@ -27,6 +33,8 @@ SCORE_MATRICES: dict[str, tuple[int, int]] = {
     "flex": (4, 5),
     "fused": (0, 0),
 }
+# Score kinds that compute in float32 whatever the inputs' dtype.
+FLOAT32_SCORES = ("math", "flex")
 # Float64 score blocks alive at the reference's peak, without and with autograd.
 REFERENCE_BLOCKS = (2, 4)
 
@@ -89,7 +97,8 @@ def _forward(spec: AttentionSpec) -> int:
     q_side, kv_side = _tensor_bytes(spec, spec.itemsize)
     kind = score_kind(spec)
     matrices = SCORE_MATRICES[kind][spec.training]
-    scores = matrices * spec.batch * spec.heads * spec.q_len * spec.seq_len * spec.itemsize
+    score_itemsize = max(4, spec.itemsize) if kind in FLOAT32_SCORES else spec.itemsize
+    scores = matrices * spec.batch * spec.heads * spec.q_len * spec.seq_len * score_itemsize
     expanded = 2 * kv_side * spec.heads // spec.kv_heads if kind != "fused" and spec.kv_heads != spec.heads else 0
     per_call_mask = spec.q_len * spec.seq_len if _rebuilds_mask(spec) else 0
     return scores + expanded * (2 if spec.training else 1) + per_call_mask + q_side
@@ -112,7 +121,7 @@ def _reference(spec: AttentionSpec) -> int:
     return copies + REFERENCE_BLOCKS[spec.training] * block + mask_block + expanded
 
 
-def estimate(spec: AttentionSpec) -> MemoryEstimate:
+def memory_estimate(spec: AttentionSpec) -> MemoryEstimate:
     """Every allocation of `prepare()`, the forwards (and backwards) and `reference()`, by stage."""
     mask_build, mask = dense_mask_bytes(spec)
     return MemoryEstimate(_inputs(spec), mask_build, mask, _forward(spec), _reference(spec))

@@ -1,4 +1,8 @@
-"""Naive attention, as the blog writes it: the out-of-place `masked_fill` copies the scores."""
+"""Naive attention, as the blog writes it: the out-of-place `masked_fill` copies the scores.
+
+`mask` is the dense mask (True = masked) that `prepare` built, or None when nothing is masked; fewer
+key/value heads (GQA) are copied up to the query heads first.
+"""
 
 import torch
 

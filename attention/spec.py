@@ -173,7 +173,7 @@ class AttentionSpec:
 
     def estimated_bytes(self) -> int:
         """Peak bytes the whole run allocates: inputs, mask, forward (and backward), the float64 reference."""
-        return memory.estimate(self).peak
+        return memory.memory_estimate(self).peak
 
     def flops(self) -> int:
         """FLOPs of one forward over the unmasked (query, key) pairs only: QK^T and PV, 2 FLOPs per MAC."""

@@ -44,7 +44,7 @@ def main() -> None:
     before = status_kib("VmRSS")
     run(spec)
     growth = (status_kib("VmHWM") - before) * 1024
-    print(json.dumps({"growth": growth, "estimate": spec.estimated_bytes(), **vars(attention.estimate(spec))}))
+    print(json.dumps({"growth": growth, "estimate": spec.estimated_bytes(), **vars(attention.memory_estimate(spec))}))
 
 
 if __name__ == "__main__":

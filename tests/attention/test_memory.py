@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attention import AttentionSpec, estimate
+from attention import AttentionSpec, memory_estimate
 
 CHILD = Path(__file__).with_name("rss_child.py")
 ROOT = Path(__file__).parents[2]
@@ -35,6 +35,7 @@ CASES = [
     (dict(variant="inplace"), SMALL_REFERENCE_BLOCK),
     (dict(variant="sdpa", backend="math"), SMALL_REFERENCE_BLOCK),
     (dict(variant="sdpa", backend="flash"), SMALL_REFERENCE_BLOCK),
+    (dict(variant="sdpa", backend="math", dtype="bfloat16"), SMALL_REFERENCE_BLOCK),  # math upcasts to float32
     (dict(variant="flex"), SMALL_REFERENCE_BLOCK),
     (dict(variant="naive", mode="training"), SMALL_REFERENCE_BLOCK),
     (dict(variant="sdpa", backend="math", mode="training"), SMALL_REFERENCE_BLOCK),
@@ -56,10 +57,13 @@ def test_estimate_is_within_2x_of_measured_peak(changes, block_bytes):
 
 def test_variants_that_mask_by_themselves_build_no_dense_mask():
     shape = dict(seq_len=4096, device="cpu")
-    assert estimate(AttentionSpec(variant="naive", **shape)).mask == 4096**2
+    assert memory_estimate(AttentionSpec(variant="naive", **shape)).mask == 4096**2
     for changes in (dict(variant="sdpa"), dict(variant="sdpa", backend="flash"), dict(variant="flex")):
-        assert estimate(AttentionSpec(**shape, **changes)).mask == 0
-    assert estimate(AttentionSpec(variant="sdpa", mask="padding", valid_len=9, batch=2, **shape)).mask == 2 * 4096**2
+        assert memory_estimate(AttentionSpec(**shape, **changes)).mask == 0
+    assert (
+        memory_estimate(AttentionSpec(variant="sdpa", mask="padding", valid_len=9, batch=2, **shape)).mask
+        == 2 * 4096**2
+    )
 
 
 def test_estimate_ranks_variants_and_grows_with_seq_len():
