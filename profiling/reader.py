@@ -166,7 +166,8 @@ def _gunzip(chunks: Iterator[bytes], limit: int) -> Iterator[bytes]:
                 yield inflater.decompress(data, min(limit + 1, CHUNK_BYTES))
                 data = inflater.unconsumed_tail
                 if inflater.eof and inflater.unused_data:  # gzip allows several members, one after another
-                    data, inflater = inflater.unused_data + data, zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    # At a member's end zlib leaves the rest in unused_data AND in unconsumed_tail: take one.
+                    data, inflater = inflater.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
     except zlib.error as exc:
         raise TraceError(f"trace: the gzip data is corrupt ({exc})") from None
     if not inflater.eof:
@@ -201,6 +202,7 @@ class Splitter:
         self.events_depth = 0  # depth of the traceEvents array's elements
         self.events_offset = 0  # events cut so far, to name an oversized one
         self.found_events = False
+        self.leading_bytes = 0
 
     def feed(self, data: bytes) -> Iterator[bytes]:
         """Batches of whole events (`[e1,e2,...]` JSON text) that this chunk completes."""
@@ -259,8 +261,11 @@ class Splitter:
 
     def _start(self) -> None:
         head = bytes(self.buffer).lstrip()
-        if not head:
-            self.buffer.clear()  # leading whitespace, however long, is kept nowhere
+        if not head:  # leading whitespace counts toward the skeleton's cap, so a bomb of it stops early
+            self.leading_bytes += len(self.buffer)
+            self.buffer.clear()
+            if self.leading_bytes > MAX_SKELETON_BYTES:
+                raise TraceError(f"trace: starts with more than {_mib(MAX_SKELETON_BYTES)} of blanks; not a trace")
             return
         if head[0] not in _JSON_STARTS:  # zeros from a device, a binary file: no need to read on
             raise TraceError(f"trace: not valid JSON: it starts with {head[:16]!r}")
@@ -348,7 +353,13 @@ NUMERIC_ARGS = {
     "Bytes": "alloc_bytes",
     "Device Type": "device_type",
 }
-OBJECT_ARGS = {"grid": "grid", "block": "block", "Input Dims": "input_dims", "Input type": "input_type"}
+OBJECT_ARGS = {
+    "grid": "grid",
+    "block": "block",
+    "Input Dims": "input_dims",
+    "Input type": "input_type",
+    "Concrete Inputs": "concrete_inputs",  # scalar arguments as text (torch >= 2.1): SDPA's is_causal
+}
 # args key spellings: the one the analysis reads, and the older one (torch 1.8-1.9) read where it is missing.
 OLD_ARG_SPELLINGS = {"External id": "external id", "Input Dims": "Input dims"}
 TEXT_FIELDS = ("name", "cat", "ph")

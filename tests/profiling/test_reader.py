@@ -73,8 +73,8 @@ def reference_rows(document: Any) -> tuple[list[dict], int]:
             skipped += 1
             continue
         cat = TODAY.get(_text(event.get("cat")).lower(), _text(event.get("cat")))
-        if cat == "cpu_op" and name.startswith("ProfilerStep#"):
-            cat = "user_annotation"
+        if cat == "cpu_op" and name.startswith(("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)#")):
+            cat = "user_annotation"  # torch's own record_function ranges, recorded as ops before torch 1.10
         args = event["args"] if isinstance(event.get("args"), dict) else {}
         row = {"name": name, "cat": cat, "ph": ph, "ts": ts, "dur": 0.0 if math.isnan(dur) else dur}
         row |= {"end": ts + row["dur"], "pid": _lane(event.get("pid")), "tid": _lane(event.get("tid"))}
@@ -114,7 +114,9 @@ def test_resnet50_2021_spellings_count_as_today():
     assert count["Kernel"] == len(trace.kernels) == 8868
     for old, new in (("Runtime", "cuda_runtime"), ("Memcpy", "gpu_memcpy"), ("Memset", "gpu_memset")):
         assert count[old] == len(trace.of_category(new)) > 0
-    assert list(trace.of_category("user_annotation")["name"]) == steps and len(steps) == 6
+    annotations = trace.of_category("user_annotation")["name"]
+    assert list(annotations[annotations.str.startswith("ProfilerStep#")]) == steps and len(steps) == 6
+    assert {"Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad"} <= set(annotations)
     assert trace.kernels["external_id"].notna().all()  # spelled `external id` in 2021
 
 
