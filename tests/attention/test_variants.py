@@ -150,3 +150,41 @@ def test_gqa_copy_is_visible_in_eager_variants_only():
 def test_pinned_cuda_backend_on_cpu_is_refused_by_prepare():
     with pytest.raises(SpecError, match="^backend: the efficient .* runs only on CUDA"):
         attention.prepare(_spec("sdpa", "efficient"))
+
+
+def _compute_ops(spec: AttentionSpec) -> list[str]:
+    """Leaf compute aten ops of one forward, as the README defines kernels_per_forward on CPU."""
+    from profiling.structure import METADATA_OPS, SCALAR_CONVERSIONS
+
+    def is_metadata(event) -> bool:
+        scalar = event.name in SCALAR_CONVERSIONS and bool(event.input_shapes) and event.input_shapes[0] == []
+        return event.name in METADATA_OPS or scalar
+
+    def compute(event) -> list[str]:
+        below = [name for child in event.cpu_children for name in compute(child)]
+        if below or not event.name.startswith("aten::") or is_metadata(event):
+            return below
+        return [event.name]
+
+    prepared = attention.prepare(spec)
+    with torch.no_grad():
+        prepared()  # warm
+        with torch.profiler.profile(record_shapes=True) as prof:
+            prepared()
+    return [name for event in prof.events() if event.cpu_parent is None for name in compute(event)]
+
+
+@pytest.mark.parametrize(("run", "count"), [(("naive", "auto"), 6), (("inplace", "auto"), 5), (("sdpa", "math"), 14),
+                                            (("sdpa", "flash"), 1)])  # fmt: skip
+def test_default_runs_keep_the_blogs_op_counts(run, count):
+    # The README's published counts: the new parameters' defaults must not add an op.
+    assert len(_compute_ops(_spec(*run))) == count
+
+
+@pytest.mark.parametrize(
+    "changes", [dict(variant="sdpa", q_len=1), dict(variant="flex", mask="sliding_window", window=8)]
+)
+def test_compiled_variants_match_the_reference(changes):
+    spec = AttentionSpec(device="cpu", seq_len=64, compile=True, **changes)
+    with torch.no_grad():
+        _check(spec, TOLERANCE["float32"])
