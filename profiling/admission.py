@@ -1,0 +1,182 @@
+"""Memory admission for `/analyze`: an analysis starts only while the memory admitted to all of them fits.
+
+An analysis's peak grows with its trace's inflated JSON, so each is charged `analysis_peak_bytes`
+of it before it reads a byte, against one budget shared by every analysis in the process. One
+that does not fit waits (first come, first served) for others to finish; one that could never fit
+is refused at once, with the numbers.
+
+    cost = analysis_cost(path)  # inflates once to count the JSON: ~0.3 s per 100 MiB
+    with analysis_gate().admit(cost.peak_bytes, what=cost.describe()):
+        trace = load_trace(path, **cost.reader_limits())
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiling.reader import Limits, TraceError, inflated, raw_chunks
+
+MiB, GiB = 1024**2, 1024**3
+# Peak RSS growth of an analysis (`analyze_file`, then the tables rounded and the timeline and steps
+# charts drawn, as `/analyze` does) per byte of inflated JSON, and its fixed part. Measured in a
+# fresh process on tests/data/sampled_training_rank0 (a real CUDA training trace, ~360 bytes an
+# event) repeated with shifted times and ids (2026-12-02, 2 cores, other jobs running):
+#     inflated   10.1 MiB    40.5 MiB    101.5 MiB    203.3 MiB
+#     growth     +52 MiB     +159 MiB    +381 MiB     +730 MiB   (3.4 per byte past the first ~30 MiB)
+# tests/profiling/test_admission.py measures it again on every run.
+PEAK_PER_INFLATED_BYTE = 4.0
+PEAK_BASE_BYTES = 64 * MiB
+# Analyses together may hold this share of the machine's memory (or of its container's limit);
+# the rest is for the app, its profiling worker and the system.
+MEMORY_SHARE = 0.75
+BUDGET_ENV = "ATTENTION_PROFILER_ANALYSIS_MEMORY"  # bytes, overrides MEMORY_SHARE
+WAIT_ENV = "ATTENTION_PROFILER_ADMISSION_WAIT"  # seconds an analysis may wait for memory, then it is refused
+DEFAULT_WAIT_S = 300
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1
+
+
+class AdmissionError(TraceError):
+    """An analysis that cannot be given its memory: never (too big for the budget) or not now (busy)."""
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:,.1f} GiB" if n >= GiB else f"{n / MiB:,.0f} MiB"
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory, or the container's memory limit where that is lower (cgroup v2 or v1)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in CGROUP_LIMITS:
+        with contextlib.suppress(OSError, ValueError):  # no such cgroup file, or "max": no limit
+            total = min(total, int(Path(path).read_text().strip()))
+    return total
+
+
+def analysis_budget_bytes() -> int:
+    """The memory all analyses may hold together: `ATTENTION_PROFILER_ANALYSIS_MEMORY`, else MEMORY_SHARE."""
+    value = os.environ.get(BUDGET_ENV, "")
+    if value:
+        if not value.isdigit() or int(value) == 0:
+            raise ValueError(f"{BUDGET_ENV}: give a positive whole number of bytes, got {value!r}")
+        return int(value)
+    return int(machine_memory_bytes() * MEMORY_SHARE)
+
+
+def admission_wait_s() -> float:
+    """How long an analysis waits for memory: `ATTENTION_PROFILER_ADMISSION_WAIT` seconds, else DEFAULT_WAIT_S."""
+    value = os.environ.get(WAIT_ENV, "")
+    if not value:
+        return DEFAULT_WAIT_S
+    if not value.isdigit():
+        raise ValueError(f"{WAIT_ENV}: give a whole number of seconds, got {value!r}")
+    return int(value)
+
+
+def analysis_peak_bytes(inflated_bytes: int) -> int:
+    """The peak memory growth an analysis of this much JSON is charged (see PEAK_PER_INFLATED_BYTE)."""
+    return PEAK_BASE_BYTES + int(PEAK_PER_INFLATED_BYTE * inflated_bytes)
+
+
+@dataclass(frozen=True)
+class AnalysisCost:
+    """What one trace file will cost to analyse, from its JSON counted byte by byte."""
+
+    inflated_bytes: int
+    peak_bytes: int
+
+    def reader_limits(self) -> dict[str, int]:
+        """For `load_trace(path, **limits)`: the read may not inflate past what was counted and charged."""
+        return {"inflated_bytes": max(1, self.inflated_bytes)}
+
+    def describe(self) -> str:
+        return f"{_gib(self.inflated_bytes)} of JSON"
+
+
+def analysis_cost(path: str | Path, limits: Limits | None = None) -> AnalysisCost:
+    """Count `path`'s JSON by inflating it once, through the reader's own bounded steps.
+
+    A gzip trailer's size could lie (and wraps at 4 GiB); counting cannot. A file past the reader's
+    byte limits, or corrupt gzip, raises the reader's TraceError here, before any memory is admitted.
+    """
+    limits = limits or Limits()
+    total = sum(len(chunk) for chunk in inflated(raw_chunks(Path(path), limits), limits.inflated_bytes))
+    return AnalysisCost(total, analysis_peak_bytes(total))
+
+
+class MemoryGate:
+    """Admits jobs while the bytes admitted to them together fit `budget_bytes`; first come, first served."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._in_use = 0
+        self._queue: collections.deque[object] = collections.deque()
+        self._changed = threading.Condition()
+
+    @property
+    def in_use_bytes(self) -> int:
+        return self._in_use
+
+    @contextlib.contextmanager
+    def admit(
+        self,
+        need_bytes: int,
+        *,
+        field: str = "trace",
+        what: str = "it",
+        wait_s: float | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Iterator[None]:
+        """Hold `need_bytes` of the budget for the `with` block; wait up to `wait_s` (default
+        `admission_wait_s()`) for room.
+
+        Raises AdmissionError, its message starting with `field`, when the job can never fit, when
+        the wait runs out, or when `cancelled()` turns true while it waits.
+        """
+        if need_bytes > self.budget_bytes:
+            raise AdmissionError(
+                f"{field}: analysing {what} needs about {_gib(need_bytes)} of memory; this server allows "
+                f"{_gib(self.budget_bytes)} for analyses, which fits up to "
+                f"{_gib(max(0.0, (self.budget_bytes - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE))} of JSON"
+            )
+        self._acquire(need_bytes, field, admission_wait_s() if wait_s is None else wait_s, cancelled)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._in_use -= need_bytes
+                self._changed.notify_all()
+
+    def _acquire(self, need: int, field: str, wait_s: float, cancelled: Callable[[], bool] | None) -> None:
+        ticket, give_up = object(), time.monotonic() + wait_s
+        with self._changed:
+            self._queue.append(ticket)
+            try:
+                while not (self._queue[0] is ticket and self._in_use + need <= self.budget_bytes):
+                    if cancelled is not None and cancelled():
+                        raise AdmissionError(f"{field}: cancelled while waiting for memory")
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        raise AdmissionError(
+                            f"{field}: the server is busy: analyses in progress hold {_gib(self._in_use)} of "
+                            f"{_gib(self.budget_bytes)} and this one needs {_gib(need)}; waited {wait_s:g} s, "
+                            "try again in a few minutes"
+                        )
+                    self._changed.wait(min(left, 0.1))  # wakes to look at cancelled() too
+                self._in_use += need
+            finally:
+                self._queue.remove(ticket)
+                self._changed.notify_all()  # the next in line may fit now
+
+
+@functools.cache
+def analysis_gate() -> MemoryGate:
+    """The gate every `/analyze` request in this process passes, sized by `analysis_budget_bytes()`."""
+    return MemoryGate(analysis_budget_bytes())
