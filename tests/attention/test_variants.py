@@ -188,3 +188,24 @@ def test_compiled_variants_match_the_reference(changes):
     spec = AttentionSpec(device="cpu", seq_len=64, compile=True, **changes)
     with torch.no_grad():
         _check(spec, TOLERANCE["float32"])
+
+
+def test_sdpa_decode_rebuilds_its_dense_mask_in_every_forward():
+    def top_level_ops(spec):
+        prepared = attention.prepare(spec)
+        with torch.no_grad():
+            prepared()
+            with torch.profiler.profile() as prof:
+                prepared()
+        return [e.name for e in prof.events() if e.cpu_parent is None]
+
+    # causal_lower_right materialises [q_len, seq_len] on each call where no fused CUDA kernel takes it.
+    assert top_level_ops(_spec("sdpa", "auto", q_len=1)) == [
+        "aten::ones",
+        "aten::tril",
+        "aten::scaled_dot_product_attention",
+    ]
+    # A window's dense mask was built once, by prepare.
+    assert top_level_ops(_spec("sdpa", "auto", mask="sliding_window", window=4)) == [
+        "aten::scaled_dot_product_attention"
+    ]
