@@ -5,6 +5,7 @@ The functions the child runs are defined here, at module level, so the child imp
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import signal
@@ -21,9 +22,10 @@ import pytest
 from attention import AttentionSpec, SpecError
 from profiling.runner import RunError, measure
 from profiling.trace import TraceError, load_trace
-from profiling.worker import TERM_GRACE_S, Cancelled, Worker, first_call, worker_enabled
+from profiling.worker import TERM_GRACE_S, Cancelled, Worker, first_call, until_closed, worker_enabled
 
 ROOT = Path(__file__).resolve().parents[2]
+REQUEST = contextvars.ContextVar("REQUEST", default=None)  # stands for Gradio's per-request context
 # How late past its limit a call may return: TERM_GRACE_S for a child that ignores SIGTERM, plus
 # slack for a 2-core machine shared with other jobs (measured: 0.26 s past the limit when idle).
 KILL_MARGIN_S = TERM_GRACE_S + 0.75
@@ -319,3 +321,33 @@ def test_the_worker_dies_with_the_interpreter():
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)  # the forkserver reaps it once it has exited
     assert not Path(f"/proc/{child}").exists()
+
+
+def test_until_closed_stops_work_that_makes_worker_calls(worker):
+    """What a generator handler around /compare or /sweep does; Gradio closes it when the client leaves."""
+    old = worker.call(pid)
+
+    def several_runs(seconds: float, cancelled) -> None:
+        worker.call(stubborn_sleep, seconds, cancelled=cancelled)
+
+    job = until_closed(several_runs, 30, tick="tick", heartbeat_s=0.05)
+    assert [next(job), next(job)] == ["tick", "tick"]
+    start = time.monotonic()
+    job.close()
+    assert time.monotonic() - start < KILL_MARGIN_S
+    assert_gone(old)
+    assert worker.call(pid) not in (old, None)
+
+
+def test_until_closed_returns_raises_and_keeps_the_callers_context(worker):
+    def looks_up(cancelled) -> tuple:
+        return REQUEST.get(), cancelled(), worker.call(divmod, 7, 2, cancelled=cancelled)
+
+    def handler(fn):
+        value = yield from until_closed(fn, tick="tick", heartbeat_s=0.01)
+        yield ("done", value)
+
+    REQUEST.set("request 1")
+    assert list(handler(looks_up))[-1] == ("done", ("request 1", False, (3, 1)))
+    with pytest.raises(TwoArgError):
+        list(handler(lambda cancelled: worker.call(raise_two_arg_error, cancelled=cancelled)))
