@@ -255,28 +255,29 @@ class Worker:
             conn.send_bytes(pickle.dumps((fn, args, kwargs, progress is not None)))
             finished = False
             try:
-                value = yield from self._await(conn, _Clock(time_limit_s), progress, tick, heartbeat_s)
-                finished = True
-                return value
+                kind, *body = yield from self._await(conn, _Clock(time_limit_s), progress, tick, heartbeat_s)
+                finished = True  # the child answered and waits for the next call
             finally:
                 if not finished:  # time limit, cancellation, a dead child, or the caller's own exception
                     self._stop()
+        if kind == "raised":
+            raise _rebuilt(*body)
+        return body[0]
 
     def _await(
         self, conn: Connection, clock: _Clock, progress: Progress | None, tick: Any, heartbeat_s: float
-    ) -> Generator[Any, None, Any]:
-        """Forward the child's progress until its outcome arrives; tick while waiting; enforce the clock."""
-        stage = "start-up"
+    ) -> Generator[Any, None, tuple[Any, ...]]:
+        """Forward the child's progress until its outcome ("done" or "raised") arrives, and return that;
+        tick while waiting; enforce the clock."""
+        stage = "its first stage"
         next_tick = time.monotonic() + heartbeat_s
         while True:
             timeout = max(0.0, min(clock.remaining_s(), next_tick - time.monotonic()))
             ready = multiprocessing.connection.wait([conn, self._process.sentinel], timeout)
             if ready:
                 kind, *body = self._receive(conn if conn in ready else None, stage)
-                if kind == "done":
-                    return body[0]
-                if kind == "raised":
-                    raise _rebuilt(*body)
+                if kind != "progress":
+                    return (kind, *body)
                 stage = body[1]
                 if progress is not None:
                     progress(*body)
@@ -340,7 +341,7 @@ class Worker:
         if progress is None:
             with self._lock:
                 return fn(*args, **kwargs)
-        clock, stage = _Clock(time_limit_s), ["start-up"]
+        clock, stage = _Clock(time_limit_s), ["its first stage"]
 
         def report(fraction: float, message: str) -> None:
             if cancelled is not None and cancelled():

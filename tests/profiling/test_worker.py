@@ -162,7 +162,7 @@ def test_time_limit_kills_a_child_that_ignores_sigterm(worker):
 def test_sigterm_unwinds_the_run_so_temporary_files_are_removed(worker, tmp_path):
     marker = tmp_path / "scratch"
     error, elapsed = timed(worker.call, sleep_in_temp_dir, 30, str(marker), time_limit_s=0.5)
-    assert isinstance(error, RunError) and "during start-up" in str(error)
+    assert isinstance(error, RunError) and "during its first stage" in str(error)
     assert elapsed < 0.5 + KILL_MARGIN_S
     assert not Path(marker.read_text()).exists()  # TemporaryDirectory's cleanup ran in the child
 
@@ -175,7 +175,10 @@ def test_a_dead_child_gives_a_clear_error_and_the_next_call_works(worker, crash,
     old = worker.call(pid)
     with pytest.raises(RunError) as caught:
         worker.call(crash, *args)
-    assert str(caught.value) == f"the run's worker process died ({cause}) during start-up; the next run gets a new one"
+    assert (
+        str(caught.value)
+        == f"the run's worker process died ({cause}) during its first stage; the next run gets a new one"
+    )
     assert_gone(old)
     assert worker.call(pid) not in (old, None)
 
@@ -188,6 +191,7 @@ def test_killed_from_outside_names_the_likely_cause(worker):
 
 
 def test_exceptions_keep_their_type_message_and_fields(worker, tmp_path):
+    before = worker.call(pid)
     with pytest.raises(SpecError, match="^device: cuda was asked for") as caught:
         worker.call(measure, AttentionSpec(**{**TINY, "device": "cuda"}), tmp_path)  # no CUDA here: preflight
     assert caught.value.field == "device"
@@ -201,7 +205,7 @@ def test_exceptions_keep_their_type_message_and_fields(worker, tmp_path):
     with pytest.raises(RunError) as local:
         worker.call(raise_local_error)
     assert str(local.value) == "Local: defined inside a function"
-    assert worker.call(pid) == worker.pid  # an exception does not cost the process
+    assert worker.call(pid) == before  # an exception does not cost the process
 
 
 def test_progress_arrives_in_order(worker):
