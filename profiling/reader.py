@@ -78,9 +78,9 @@ MAX_SKELETON_BYTES = 64 * MiB  # everything outside `traceEvents`: devicePropert
 # Equal values are stored once, so a real trace's repeated shapes cost nothing more.
 MAX_DISTINCT_ARG_BYTES = 16 * MiB
 # Events average 200-430 bytes in real traces, never under 96; a trace of tiny events ({"ph":"M"},
-# ...) would make the columns many times larger than the JSON. Past MIN_AVERAGE_FREE events, the
-# kept events must average this many bytes of JSON.
-MIN_AVERAGE_EVENT_BYTES = 48
+# {}, ...) would make the columns many times larger than the JSON, or take minutes to parse. Past
+# MIN_AVERAGE_FREE elements, the elements of `traceEvents` must average this many bytes of JSON.
+MIN_AVERAGE_EVENT_BYTES = 80
 MIN_AVERAGE_FREE = 100_000
 CHUNK_BYTES = MiB
 
@@ -378,6 +378,7 @@ def _kinds(values: np.ndarray) -> np.ndarray:
 
 
 _EMPTY: dict[str, Any] = {}
+_LANE_TYPES = (str, int, float)
 
 
 class Columns:
@@ -389,7 +390,10 @@ class Columns:
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.parts: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
+        # One growing array per column, resized in place (realloc): the per-batch pieces would be
+        # freed into a fragmented heap that the OS never gets back, doubling the peak RSS.
+        self.data = {name: np.empty(0, object if name in _OBJECT_COLUMNS else np.float64) for name in COLUMNS}
+        self.size = 0
         self.seen = self.kept = self.skipped = self.distinct_arg_bytes = 0
         self.strings: dict[str, str] = {}  # one object per distinct name, category, lane
         self.values: dict[bytes, Any] = {}  # one object per distinct object-arg value
@@ -399,6 +403,7 @@ class Columns:
         self.seen += len(batch)
         if self.seen > self.limits.events:
             raise TraceError(f"trace: more than {self.limits.events:,} events (the cap); profile fewer steps")
+        self._check_average(json_bytes)
         events = [e for e in batch if type(e) is dict]
         self.skipped += len(batch) - len(events)
         if not events:
@@ -413,34 +418,39 @@ class Columns:
         keep = np.flatnonzero(usable)
         self.skipped += len(events) - len(keep)
         self.kept += len(keep)
-        self._check_average(json_bytes)
-        for field in TEXT_FIELDS:
-            self.parts[field].append(text[field][keep])
         dur = np.where(complete, dur, 0.0)[keep]
-        self.parts["ts"].append(ts[keep])
-        self.parts["dur"].append(dur)
-        self.parts["end"].append(ts[keep] + dur)
-        for lane in ("pid", "tid"):
-            self.parts[lane].append(self._lanes(table[lane].to_numpy(object)[keep]))
-        self._add_args(table["args"].to_numpy(object)[keep])
+        block = {field: text[field][keep] for field in TEXT_FIELDS}
+        block |= {"ts": ts[keep], "dur": dur, "end": ts[keep] + dur}
+        block |= {lane: self._lanes(table[lane], events)[keep] for lane in ("pid", "tid")}
+        block |= self._args(table["args"].to_numpy(object)[keep])
+        self._append(block, len(keep))
+
+    def _append(self, block: dict[str, np.ndarray], rows: int) -> None:
+        capacity, end = len(self.data["ts"]), self.size + rows
+        if end > capacity:
+            grown = max(end, capacity + capacity // 4 + 4096)  # at most 25% spare at any time
+            for array in self.data.values():
+                array.resize(grown, refcheck=False)
+        for name, values in block.items():
+            self.data[name][self.size : end] = values
+        self.size = end
 
     def _check_average(self, json_bytes: int) -> None:
-        if self.kept > MIN_AVERAGE_FREE and self.kept * MIN_AVERAGE_EVENT_BYTES > json_bytes:
+        # Counts every element, kept or not: tiny ones cost parse time even when they cost no memory.
+        if self.seen > MIN_AVERAGE_FREE and self.seen * MIN_AVERAGE_EVENT_BYTES > json_bytes:
             raise TraceError(
-                f"trace: {self.kept:,} events in {_mib(json_bytes)} of JSON average "
-                f"{json_bytes / self.kept:.0f} bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES} "
+                f"trace: {self.seen:,} events in {_mib(json_bytes)} of JSON average "
+                f"{json_bytes / self.seen:.0f} bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES} "
                 "(the cap on tiny events); not a torch.profiler trace"
             )
 
-    def _add_args(self, args: np.ndarray) -> None:
+    def _args(self, args: np.ndarray) -> dict[str, np.ndarray]:
         dicts = [a if type(a) is dict else _EMPTY for a in args]
         table = pd.DataFrame(dicts, columns=_ARG_KEYS, index=range(len(dicts)))
         for new, old in OLD_ARG_SPELLINGS.items():
             table[new] = table[new].where(table[new].notna(), table[old])
-        for key, column in NUMERIC_ARGS.items():
-            self.parts[column].append(_numbers(table[key]))
-        for key, column in OBJECT_ARGS.items():
-            self.parts[column].append(self._shared(table[key].to_numpy(object)))
+        numbers = {column: _numbers(table[key]) for key, column in NUMERIC_ARGS.items()}
+        return numbers | {column: self._shared(table[key].to_numpy(object)) for key, column in OBJECT_ARGS.items()}
 
     def _shared(self, values: np.ndarray) -> np.ndarray:
         # One object per distinct value, and a cap on their total size: the shapes of a real trace
@@ -468,10 +478,14 @@ class Columns:
             values = np.where(_kinds(values) == _STR, values, "")
         return self._interned(values)
 
-    def _lanes(self, values: np.ndarray) -> np.ndarray:
-        # A bool or a container is no lane; 1 and 1.0 are different lanes, as their text says.
-        lanes = np.where(_kinds(values) > 0, values, None)
-        return self._interned(np.array([str(v) if v is not None else "?" for v in lanes], object))
+    def _lanes(self, column: pd.Series, events: list[dict[str, Any]]) -> np.ndarray:
+        if column.dtype.kind == "i":  # every event has an integer id: the common case
+            codes, uniques = pd.factorize(column.to_numpy())
+            return self._interned(np.array([str(u) for u in uniques], object))[codes]
+        # Read the raw values: pandas turned ints into floats next to a missing one, and 1 and
+        # 1.0 are different lanes, as their text says. A bool or a container is no lane.
+        raw = [e.get(column.name) for e in events]
+        return self._interned(np.array([str(v) if type(v) in _LANE_TYPES else "?" for v in raw], object))
 
     def _interned(self, values: np.ndarray) -> np.ndarray:
         codes, uniques = pd.factorize(values)
@@ -482,14 +496,10 @@ class Columns:
         return shared[codes]
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The columns, joined; numbers are float64 with NaN where missing or not a number."""
-        joined = {}
-        for name in COLUMNS:
-            parts = self.parts[name]
-            empty = np.empty(0, object if name in _OBJECT_COLUMNS else np.float64)
-            joined[name] = np.concatenate(parts) if parts else empty
-            parts.clear()  # free each column's pieces as soon as it is joined
-        return joined
+        """The columns, trimmed to the rows read; numbers are float64, NaN where missing or not a number."""
+        for array in self.data.values():
+            array.resize(self.size, refcheck=False)
+        return self.data
 
 
 def _numbers(column: pd.Series) -> np.ndarray:

@@ -138,7 +138,7 @@ def parse_trace(data: bytes, source: str = "trace", **limits: int) -> Trace:
 
 
 def _trace(raw: RawTrace, source: str) -> Trace:
-    events = pd.DataFrame(raw.columns, columns=COLUMNS)
+    events = pd.DataFrame(raw.columns, columns=COLUMNS, copy=False)  # the columns are ours: no second copy
     events["cat"] = canonical_categories(events["cat"], events["name"])
     properties = device_properties(raw.metadata.get("deviceProperties"))
     return Trace(events=events, device_properties=properties, metadata=raw.metadata, skipped=raw.skipped, source=source)

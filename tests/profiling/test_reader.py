@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from profiling.reader import MAX_DEPTH, MiB
+from profiling.reader import MAX_DEPTH, MIN_AVERAGE_EVENT_BYTES, MiB
 from profiling.trace import CATEGORY_SPELLINGS, NUMERIC_ARGS, OBJECT_ARGS, TraceError, load_trace, parse_trace
 from tests.conftest import DATA
 
@@ -213,7 +213,7 @@ def test_event_cap_names_the_count_and_the_cap():
 
 def test_tiny_events_are_refused_before_they_fill_memory():
     tiny = b'{"ph":"M"},' * 300_000  # 11 bytes per event; real ones take 96 and more
-    with pytest.raises(TraceError, match=r"events in .* average 11 bytes; torch.profiler events take over 48"):
+    with pytest.raises(TraceError, match=rf"events in .* average 11 bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES}"):
         parse_trace(b"[" + tiny + b'{"ph":"M"}]')
 
 
@@ -283,3 +283,10 @@ def test_progress_reports_bytes_read_out_of_the_size():
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) > 1
     size = RESNET.stat().st_size
     assert heard[-1][1] == f"reading the trace: {size / MiB:.1f} MiB of {size / MiB:.1f} MiB"
+
+
+def test_lanes_keep_their_text_next_to_missing_and_odd_ones():
+    pids = [1, None, 1.0, True, "stream 7", [1]]
+    events = [{"ph": "i", "name": "x", "ts": 1, "tid": 2, **({} if p is None else {"pid": p})} for p in pids]
+    trace = parse_trace(json.dumps({"traceEvents": events}).encode())
+    assert list(trace.events["pid"]) == [_lane(p) for p in pids] == ["1", "?", "1.0", "?", "stream 7", "?"]
