@@ -23,16 +23,18 @@ import atexit
 import contextlib
 import contextvars
 import functools
+import importlib.machinery
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Generator, Hashable
+from collections.abc import Callable, Generator, Hashable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -40,9 +42,7 @@ from profiling.runner import Progress, RunError
 
 ENV = "ATTENTION_PROFILER_WORKER"
 # Imported once by the forkserver, so every worker forked from it starts with them loaded.
-# "__main__": the app's script is imported there once, not again in each worker (multiprocessing
-# imports the parent's main module in every child whose parent is not already running it).
-PRELOAD = ("__main__", "torch", "attention", "profiling.runner", "profiling.worker")
+PRELOAD = ("torch", "attention", "profiling.runner", "profiling.worker")
 POLL_S = 0.05  # how often `call` looks at the clock and at cancelled() while the child works
 HEARTBEAT_S = 1.0  # `iterate` yields at least this often, so a generator handler can be closed
 TERM_GRACE_S = 0.25  # after SIGTERM, time for the child's `finally` blocks before SIGKILL
@@ -145,6 +145,25 @@ def _context() -> Any:
     return ctx
 
 
+@contextlib.contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """Start children that do not import the parent's `__main__` script again.
+
+    multiprocessing makes every forkserver child run the parent's main script (for `python app.py`,
+    all of Gradio: seconds per replacement worker, measured 4 s here); the forkserver's own preload
+    of `__main__`, meant to do it once, never does in Python 3.11 (it filters on a key that
+    `get_preparation_data` never sets). The worker only runs functions importable by module name,
+    so while a child starts, main is described as a module named `__main__`, which the child skips.
+    """
+    main = sys.modules["__main__"]
+    saved = getattr(main, "__spec__", None)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = saved
+
+
 def _limit_error(limit_s: float, stage: str) -> RunError:
     return RunError(f"time limit: the run passed {limit_s:g} s during {stage}; try a smaller shape")
 
@@ -215,7 +234,8 @@ class Worker:
     ) -> Any:
         """`fn(*args, **kwargs)` in the worker; `fn` also gets `progress=` when `progress` is given.
 
-        `fn` must be a module-level function and its arguments and result picklable. Past
+        `fn` must be a module-level function importable by its module's name (not one defined in the
+        script run as `__main__`), and its arguments and result picklable. Past
         `time_limit_s` (counted once the worker is ready), or as soon as `cancelled()` is true, the
         child is killed and RunError (Cancelled) is raised. An exception raised by `fn` comes back
         with its type and message; a child that dies gives RunError, and the next call gets a new one.
@@ -307,7 +327,8 @@ class Worker:
             ctx = _context()
             self._conn, child_end = ctx.Pipe(duplex=True)
             self._process = ctx.Process(target=_serve, args=(child_end,), name=WORKER_NAME)
-            self._process.start()
+            with _main_not_reimported():
+                self._process.start()
             child_end.close()
         assert self._conn is not None
         return self._conn

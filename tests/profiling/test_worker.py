@@ -308,19 +308,26 @@ def test_the_environment_switches_the_worker(monkeypatch, env, enabled):
     assert worker_enabled() is enabled
 
 
-def test_the_worker_dies_with_the_interpreter():
-    script = textwrap.dedent(
-        """
-        import os
-        from profiling.worker import default_worker
-        if __name__ == "__main__":
-            print(default_worker().call(os.getpid), flush=True)
-        """
+def test_a_script_is_not_imported_again_and_its_worker_dies_with_it(tmp_path):
+    """`python app.py`: the worker does not run the app's script (all of Gradio) again, and exits with it."""
+    script, log = tmp_path / "app_like.py", tmp_path / "imports.log"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys
+            sys.path.insert(0, {str(ROOT)!r})
+            with open({str(log)!r}, "a") as f:
+                f.write(f"{{os.getpid()}}\\n")
+            from profiling.worker import default_worker
+            if __name__ == "__main__":
+                print(default_worker().call(os.getpid), flush=True)
+            """
+        )
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
-    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
     child = int(done.stdout.strip())
+    imported_in = log.read_text().split()
+    assert len(imported_in) == 1 and str(child) not in imported_in  # the script's own process only
     deadline = time.monotonic() + 5
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)  # the forkserver reaps it once it has exited
