@@ -95,3 +95,59 @@ def write_trace(path: Path, steps: int) -> int:
     trace = synthetic_trace(steps)
     path.write_bytes(gzip.compress(orjson.dumps(trace), compresslevel=6))
     return len(trace["traceEvents"])
+
+
+_ID_ARGS = ("correlation", "External id", "external id")
+
+
+def replicate(source: Path, copies: int, out: Path) -> tuple[int, int]:
+    """Write `copies` of a real trace's events back to back, as one gzip trace; returns (events, JSON bytes).
+
+    Each copy starts after the previous one ends; its correlation and External ids (and the ids of
+    the flow arrows that pair launches with kernels) move past the previous copy's, and its
+    `ProfilerStep#N` numbers follow on, so every copy analyses like the original.
+    """
+    document = orjson.loads(gzip.decompress(source.read_bytes()))
+    events = [e for e in document.pop("traceEvents") if isinstance(e, dict)]
+    times = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events if isinstance(e.get("ts"), (int, float))]
+    span = max(end for _, end in times) - min(start for start, _ in times) + 1000.0
+    id_step = 1 + max(_ids(events), default=0)
+    step_step = 1 + max((_step(e) for e in events), default=-1)
+    head = orjson.dumps(document)[:-1] + (b',"traceEvents":[' if document else b'"traceEvents":[')
+    written, count = 0, 0
+    with gzip.open(out, "wb", compresslevel=1) as f:
+        written += f.write(head)
+        for copy in range(copies):
+            shifted = [_shifted(e, copy * span, copy * id_step, copy * step_step) for e in events]
+            block = (b"," if copy else b"") + b",".join(orjson.dumps(e) for e in shifted)
+            written += f.write(block)
+            count += len(shifted)
+        written += f.write(b"]}")
+    return count, written
+
+
+def _ids(events: list[dict]) -> list[int]:
+    ids = [e["id"] for e in events if isinstance(e.get("id"), int)]
+    for e in events:
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        ids += [args[k] for k in _ID_ARGS if isinstance(args.get(k), int)]
+    return ids
+
+
+def _step(event: dict) -> int:
+    name = event.get("name", "")
+    prefix = "ProfilerStep#"
+    return int(name[len(prefix) :]) if isinstance(name, str) and name.startswith(prefix) else -1
+
+
+def _shifted(event: dict, dt: float, did: int, dstep: int) -> dict:
+    event = dict(event)
+    if isinstance(event.get("ts"), (int, float)) and event.get("ph") != "M":
+        event["ts"] = event["ts"] + dt
+    if isinstance(event.get("id"), int):
+        event["id"] += did
+    if isinstance(event.get("args"), dict) and any(k in event["args"] for k in _ID_ARGS):
+        event["args"] = {k: v + did if k in _ID_ARGS and isinstance(v, int) else v for k, v in event["args"].items()}
+    if (step := _step(event)) >= 0:
+        event["name"] = f"ProfilerStep#{step + dstep}"
+    return event
