@@ -7,6 +7,8 @@ import gzip
 import json
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 
 from profiling.reader import MAX_DEPTH, MIN_AVERAGE_EVENT_BYTES, MiB
 from profiling.trace import CATEGORY_SPELLINGS, NUMERIC_ARGS, OBJECT_ARGS, TraceError, load_trace, parse_trace
-from tests.conftest import DATA
+from tests.conftest import DATA, ROOT
 
 VINTAGES = DATA / "vintages"
 # The TensorBoard plugin's ResNet-50 sample (Kineto, June 2021): the old spellings at scale.
@@ -213,7 +215,8 @@ def test_event_cap_names_the_count_and_the_cap():
 
 def test_tiny_events_are_refused_before_they_fill_memory():
     tiny = b'{"ph":"M"},' * 300_000  # 11 bytes per event; real ones take 96 and more
-    with pytest.raises(TraceError, match=rf"events in .* average 11 bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES}"):
+    message = rf"average 11 bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES}"
+    with pytest.raises(TraceError, match=message):
         parse_trace(b"[" + tiny + b'{"ph":"M"}]')
 
 
@@ -290,3 +293,60 @@ def test_lanes_keep_their_text_next_to_missing_and_odd_ones():
     events = [{"ph": "i", "name": "x", "ts": 1, "tid": 2, **({} if p is None else {"pid": p})} for p in pids]
     trace = parse_trace(json.dumps({"traceEvents": events}).encode())
     assert list(trace.events["pid"]) == [_lane(p) for p in pids] == ["1", "?", "1.0", "?", "stream 7", "?"]
+
+
+def test_the_stdlib_fallback_reads_every_trace_the_same():
+    # A child without orjson (as on a bare torch install) runs this file's reference checks.
+    checks = "every_field or same_table or deep_nesting or lanes or nanosecond"
+    code = (
+        "import sys, json; sys.modules['orjson'] = None; import pytest\n"
+        f"code = pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, '-k', {checks!r}])\n"
+        "import profiling.reader as r; assert r._loads is json.loads, r._loads\n"
+        "sys.exit(code)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+_PEAK = """
+import sys
+from pathlib import Path
+from profiling.trace import load_trace
+def hwm():
+    return next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM'))
+base = hwm()
+trace = load_trace(Path(sys.argv[1]))
+print(len(trace.events), hwm() - base)
+"""
+
+
+def _peak_growth(path: Path) -> tuple[int, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(path)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    rows, growth = done.stdout.split()
+    return int(rows), int(growth)
+
+
+def test_peak_memory_of_a_large_real_like_trace(tmp_path):
+    """A 50 MiB replica of a real training trace: peak RSS growth within 1.5x its JSON."""
+    from bench.synthetic import replicate  # here: the bench needs orjson, the stdlib-only child does not
+
+    path = tmp_path / "replica.json.gz"
+    events, json_bytes = replicate(DATA / "sampled_training_rank0.json.gz", 30, path)
+    rows, growth = _peak_growth(path)
+    assert rows == events
+    assert growth < 1.5 * json_bytes, f"{growth / MiB:.0f} MiB for {json_bytes / MiB:.0f} MiB of JSON"
+
+
+def test_peak_memory_of_the_smallest_events_accepted(tmp_path):
+    """Events just over the tiny-event cap, the most rows per byte: within 4x the JSON, plus 64 MiB."""
+    event = b'{"ph":"i","ts":1,"name":"[memory]","pid":1,"tid":1,"cat":"cpu_instant_event","s":"t"},'
+    assert MIN_AVERAGE_EVENT_BYTES < len(event) < MIN_AVERAGE_EVENT_BYTES + 8
+    path = tmp_path / "small_events.json.gz"
+    copies = 32 * MiB // len(event)
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + event * copies + b'{"ph": "M"}]}', compresslevel=1))
+    rows, growth = _peak_growth(path)
+    assert rows == copies + 1
+    assert growth < 4 * copies * len(event) + 64 * MiB, f"{growth / MiB:.0f} MiB for 32 MiB of JSON"
