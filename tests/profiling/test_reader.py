@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from profiling.progress import TerminalProgress
 from profiling.reader import MAX_DEPTH, MIN_AVERAGE_EVENT_BYTES, MiB
 from profiling.trace import CATEGORY_SPELLINGS, NUMERIC_ARGS, OBJECT_ARGS, TraceError, load_trace, parse_trace
 from tests.conftest import DATA, ROOT
@@ -350,3 +352,25 @@ def test_peak_memory_of_the_smallest_events_accepted(tmp_path):
     rows, growth = _peak_growth(path)
     assert rows == copies + 1
     assert growth < 4 * copies * len(event) + 64 * MiB, f"{growth / MiB:.0f} MiB for 32 MiB of JSON"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("use_tqdm", [True, False])
+def test_terminal_progress_draws_the_reader_progress_on_a_terminal(use_tqdm):
+    screen = _Terminal()
+    with TerminalProgress(screen, use_tqdm=use_tqdm) as progress:
+        load_trace(RESNET, progress=progress)
+    size = f"{RESNET.stat().st_size / MiB:.1f} MiB"
+    assert f"reading the trace: {size} of {size}" in screen.getvalue()
+    assert ("100%" in screen.getvalue()) and (("|" in screen.getvalue()) == use_tqdm)
+
+
+def test_terminal_progress_is_silent_off_a_terminal():
+    quiet = io.StringIO()
+    with TerminalProgress(quiet) as progress:
+        load_trace(RESNET, progress=progress)
+    assert quiet.getvalue() == ""
