@@ -83,6 +83,9 @@ MAX_DISTINCT_ARG_BYTES = 16 * MiB
 MIN_AVERAGE_EVENT_BYTES = 80
 MIN_AVERAGE_FREE = 100_000
 CHUNK_BYTES = MiB
+# Times are microseconds since some epoch: 1e17 us is 3,000 years. Beyond it a time is junk, and
+# sums or differences of such times would overflow to infinity in the analysis.
+MAX_TIME_US = 1e17
 
 
 @dataclass(frozen=True)
@@ -365,7 +368,7 @@ OLD_ARG_SPELLINGS = {"External id": "external id", "Input Dims": "Input dims"}
 TEXT_FIELDS = ("name", "cat", "ph")
 COLUMNS = ["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", *NUMERIC_ARGS.values(), *OBJECT_ARGS.values()]
 _FIELDS = [*TEXT_FIELDS, "ts", "dur", "pid", "tid", "args"]
-_ARG_KEYS = [*NUMERIC_ARGS, *OBJECT_ARGS, *OLD_ARG_SPELLINGS.values()]
+_NUMBER_KEYS = [*NUMERIC_ARGS, OLD_ARG_SPELLINGS["External id"]]
 _OBJECT_COLUMNS = {*TEXT_FIELDS, "pid", "tid", *OBJECT_ARGS.values()}
 # Element kinds, by exact type: a bool is not an int here, as JSON's true is not a number.
 _STR, _INT, _FLOAT = 1, 2, 3
@@ -410,7 +413,7 @@ class Columns:
             return
         table = pd.DataFrame(events, columns=_FIELDS)
         text = {field: self._texts(table[field]) for field in TEXT_FIELDS}
-        ts, dur = _numbers(table["ts"]), _numbers(table["dur"])
+        ts, dur = _times(table["ts"]), _times(table["dur"])
         complete, metadata = text["ph"] == "X", text["ph"] == "M"
         # Metadata ("M") events carry no time; every other usable event needs a finite start, and a
         # duration event also a non-negative duration and a name.
@@ -446,17 +449,18 @@ class Columns:
 
     def _args(self, args: np.ndarray) -> dict[str, np.ndarray]:
         dicts = [a if type(a) is dict else _EMPTY for a in args]
-        table = pd.DataFrame(dicts, columns=_ARG_KEYS, index=range(len(dicts)))
-        for new, old in OLD_ARG_SPELLINGS.items():
-            table[new] = table[new].where(table[new].notna(), table[old])
+        table = pd.DataFrame(dicts, columns=_NUMBER_KEYS, index=range(len(dicts)))
+        table["External id"] = table["External id"].where(table["External id"].notna(), table["external id"])
         numbers = {column: _numbers(table[key]) for key, column in NUMERIC_ARGS.items()}
-        return numbers | {column: self._shared(table[key].to_numpy(object)) for key, column in OBJECT_ARGS.items()}
+        # Object values come straight from the dicts: pandas would turn an int next to a NaN into a float.
+        objects = {column: self._shared(_arg_values(dicts, key)) for key, column in OBJECT_ARGS.items()}
+        return numbers | objects
 
-    def _shared(self, values: np.ndarray) -> np.ndarray:
+    def _shared(self, values: list[Any]) -> np.ndarray:
         # One object per distinct value, and a cap on their total size: the shapes of a real trace
         # repeat every step, while a hostile one could hold a million tiny lists per event.
         out = np.full(len(values), None, object)
-        for i in np.flatnonzero(~pd.isna(values)):
+        for i in [i for i, value in enumerate(values) if value is not None]:
             key = _dumps(values[i])
             known = self.values.get(key)
             if known is None:
@@ -502,6 +506,13 @@ class Columns:
         return self.data
 
 
+def _arg_values(args: list[dict[str, Any]], key: str) -> list[Any]:
+    old = OLD_ARG_SPELLINGS.get(key)
+    if old is None:
+        return [a.get(key) for a in args]
+    return [value if (value := a.get(key)) is not None else a.get(old) for a in args]
+
+
 def _numbers(column: pd.Series) -> np.ndarray:
     """float64, NaN where missing, not a number (a bool, a string) or infinite."""
     if column.dtype.kind in "iuf":  # clean numbers, the common case
@@ -512,6 +523,13 @@ def _numbers(column: pd.Series) -> np.ndarray:
         out = np.full(len(values), np.nan)
         out[ok] = [_float(v) for v in values[ok]]
     out[np.isinf(out)] = np.nan
+    return out
+
+
+def _times(column: pd.Series) -> np.ndarray:
+    """Microseconds; NaN past MAX_TIME_US, so `ts + dur` and every difference of times stay finite."""
+    out = _numbers(column)
+    out[np.abs(out) > MAX_TIME_US] = np.nan
     return out
 
 

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 from gradio_client import handle_file
 from gradio_client.exceptions import AppError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from profiling.reader import MAX_DEPTH, MAX_EVENT_BYTES, MIN_AVERAGE_EVENT_BYTES
 from tests.conftest import DATA, ROOT
+from tests.test_fuzz import documents
 
 
 def _analyze(client, path: Path) -> tuple:
@@ -103,3 +106,19 @@ def test_cli_refuses_dev_zero_with_exit_2():
     )
     assert done.returncode == 2
     assert "trace: not valid JSON: it starts with b'\\x00" in done.stderr
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_fuzzed_sample_through_the_app(client, tmp_path, data):
+    """The in-process fuzzer's traces, a few through the server: a result or a `trace:` error, and it keeps serving."""
+    document, _ = data.draw(documents())
+    upload = _gzip(tmp_path / "fuzzed.json.gz", json.dumps(document).encode())
+    try:
+        summary, *_ = _analyze(client, upload)
+    except AppError as exc:
+        assert str(exc).startswith("trace: ")
+    else:
+        assert summary["events"] >= 0
+    summary, *_ = _analyze(client, DATA / "cpu_only.json.gz")
+    assert summary["events"] == 30

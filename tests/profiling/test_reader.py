@@ -50,6 +50,11 @@ def _number(value: Any) -> float:
     return float(value) if ok else math.nan
 
 
+def _time(value: Any) -> float:
+    number = _number(value)
+    return number if abs(number) <= 1e17 else math.nan  # 3,000 years of microseconds: junk beyond
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -59,7 +64,9 @@ def _lane(value: Any) -> str:
 
 
 def _arg(args: dict, key: str) -> Any:
-    return args.get(key, args.get(OLD_ARG_KEYS.get(key, key)))
+    # The old spelling is read where the new one is missing or null.
+    value = args.get(key)
+    return value if value is not None else args.get(OLD_ARG_KEYS.get(key, key))
 
 
 def reference_rows(document: Any) -> tuple[list[dict], int]:
@@ -71,7 +78,7 @@ def reference_rows(document: Any) -> tuple[list[dict], int]:
             skipped += 1
             continue
         ph, name, ts, dur = _text(event.get("ph")), _text(event.get("name")), event.get("ts"), event.get("dur")
-        ts, dur = _number(ts), _number(dur) if ph == "X" else 0.0
+        ts, dur = _time(ts), _time(dur) if ph == "X" else 0.0
         usable = ph == "M" or (not math.isnan(ts) and (ph != "X" or (dur >= 0 and name != "")))
         if not usable:
             skipped += 1
