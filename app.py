@@ -105,7 +105,7 @@ class Shape:
     dtype: gr.Dropdown
     device: gr.Dropdown
     compile: gr.Checkbox
-    mode: gr.Radio
+    mode: gr.Dropdown
     kv_heads: gr.Number
     q_len: gr.Number
     mask: gr.Dropdown
@@ -152,7 +152,9 @@ def _practice_controls() -> tuple[Any, ...]:
     from attention import MASKS, MODES
 
     with gr.Row():
-        mode = gr.Radio(list(MODES), value="inference", label="mode", info="training adds the backward pass")
+        mode = gr.Dropdown(
+            list(MODES), value="inference", label="mode", info="training adds the backward pass", allow_custom_value=True
+        )
         kv_heads = gr.Number(0, label="kv_heads", info="0 = heads; fewer is GQA, 1 is MQA", precision=None)
         q_len = gr.Number(0, label="q_len", info="0 = seq_len; 1 is KV-cache decode", precision=None)
         mask = gr.Dropdown(list(MASKS), value="causal", label="mask", allow_custom_value=True)

@@ -33,6 +33,7 @@ ATTENTION_FAMILIES = ("flash-attention", "efficient-attention", "cudnn-attention
 # expand, as transformers' repeat_kv; repeat_interleave, as SDPA math does with enable_gqa).
 LAYOUT_COPY_CALLERS = ("aten::reshape", "aten::repeat_interleave")
 DECODE_Q_LEN = 16  # queries per forward at or below which a run is decode-like
+KEPT_SCORES = 0.5  # beyond the output, this share of one score matrix means the probabilities were kept
 NAME_IN_PROSE = 120  # characters of a trace's name quoted in a sentence
 NAME_IN_LIST = 60  # ... in a list of several
 MAX_NAMES_IN_PROSE = 3
@@ -397,24 +398,30 @@ def profiler_overhead(ev: Evidence) -> Finding | None:
 
 
 def backward_memory(ev: Evidence) -> Finding | None:
-    """Training: what the forward kept for the backward, against one score matrix."""
+    """Training: what the forward kept for the backward beyond its output, against one score matrix.
+    The output is kept by every variant (it is returned), so it is taken off before comparing:
+    otherwise at head_dim == seq_len the output alone would look like a score matrix."""
     saved = ev.numbers.get("saved_for_backward_bytes")
     if ev.spec is None or not ev.spec.training or saved is None:
         return None
-    scores = ev.spec.score_bytes()
-    ratio = saved / scores if scores else 0.0
+    spec = ev.spec
+    scores = spec.score_bytes()
+    output = spec.batch * spec.heads * spec.q_len * spec.head_dim * spec.itemsize
+    beyond = max(saved - output, 0)
+    ratio = beyond / scores if scores else 0.0
     kept = (
         f"{ratio:.1f}x one score matrix ({_fmt_bytes(scores)}): it keeps the probabilities, "
         "q_len x seq_len per head, for the backward; a fused kernel (flash) keeps only the output and "
         "the log-sum-exp and recomputes the rest"
-        if ratio >= 1
-        else f"{ratio:.2f}x one score matrix ({_fmt_bytes(scores)}): no score matrix is kept, only the output "
-        "and the log-sum-exp (the backward recomputes the scores); math, naive and in-place keep the probabilities"
+        if ratio >= KEPT_SCORES
+        else f"{ratio:.2f}x one score matrix ({_fmt_bytes(scores)}): no score matrix is kept, only the "
+        "log-sum-exp (the backward recomputes the scores); math, naive and in-place keep the probabilities"
     )
     return Finding(
         "Backward memory",
-        f"the forward left {_fmt_bytes(saved)} allocated for the backward, {kept}.",
-        {"saved_for_backward_bytes": saved, "score_matrix_bytes": scores, "ratio": ratio},
+        f"the forward left {_fmt_bytes(saved)} allocated for the backward, {_fmt_bytes(output)} of it the "
+        f"output; the rest is {kept}.",
+        {"saved_for_backward_bytes": saved, "output_bytes": output, "score_matrix_bytes": scores, "ratio": ratio},
     )
 
 

@@ -184,6 +184,8 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*$')
 _OPEN, _CLOSE = (ord("{"), ord("[")), (ord("}"), ord("]"))
 _COMMA, _QUOTE, _LIST = ord(","), ord('"'), ord("[")
 _JSON_STARTS = frozenset(b'{["-0123456789tfn')
+_STEP = np.zeros(256, np.int64)  # depth change per structural byte
+_STEP[list(_OPEN)], _STEP[list(_CLOSE)] = 1, -1
 
 
 class Splitter:
@@ -217,15 +219,22 @@ class Splitter:
     def _structure(self, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         clean = self._without_escapes(data)
         codes = np.frombuffer(clean, np.uint8)
-        quotes = np.flatnonzero(codes == _QUOTE)
-        marks = np.flatnonzero(
-            (codes == _COMMA) | (codes == _OPEN[0]) | (codes == _OPEN[1]) | (codes == _CLOSE[0]) | (codes == _CLOSE[1])
+        hits = np.flatnonzero(
+            (codes == _QUOTE)
+            | (codes == _COMMA)
+            | (codes == _OPEN[0])
+            | (codes == _OPEN[1])
+            | (codes == _CLOSE[0])
+            | (codes == _CLOSE[1])
         )
-        outside = (np.searchsorted(quotes, marks) + self.in_string) % 2 == 0
-        marks = marks[outside]
-        kinds = codes[marks]
-        self.in_string = bool((self.in_string + len(quotes)) % 2)
-        step = np.isin(kinds, _OPEN).astype(np.int64) - np.isin(kinds, _CLOSE)
+        kinds = codes[hits]
+        quote = kinds == _QUOTE
+        # A mark is outside strings when an even number of quotes came before it (escapes are blanked).
+        quotes_before = np.cumsum(quote) - quote + self.in_string
+        outside = (quotes_before % 2 == 0) & ~quote
+        marks, kinds = hits[outside], kinds[outside]
+        self.in_string = bool((self.in_string + int(quote.sum())) % 2)
+        step = _STEP[kinds]
         depth_after = self.depth + np.cumsum(step)
         if len(depth_after):
             if depth_after.max() > self.limits.depth:

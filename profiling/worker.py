@@ -47,6 +47,10 @@ POLL_S = 0.05  # how often `call` looks at the clock and at cancelled() while th
 HEARTBEAT_S = 1.0  # `iterate` yields at least this often, so a generator handler can be closed
 TERM_GRACE_S = 0.25  # after SIGTERM, time for the child's `finally` blocks before SIGKILL
 WORKER_NAME = "attention-profiler-worker"
+# A worker left holding more than this after a call is replaced: freed heap that glibc keeps (the
+# runner asks it to keep up to 1 GiB) would otherwise stay resident while idle and shrink the memory
+# the next run's preflight sees. Idle, a worker holds ~250 MiB; after a 1x8x4096x64 naive run, 455 MiB.
+RECYCLE_RSS_BYTES = 1024**3
 
 
 class Cancelled(RunError):
@@ -181,6 +185,15 @@ def _death_error(exitcode: int | None, stage: str) -> RunError:
     return RunError(f"the run's worker process died ({cause}) during {stage}; the next run gets a new one")
 
 
+def _resident_bytes(pid: int) -> int:
+    """A process's resident memory, from /proc (0 where there is no /proc)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 class _Clock:
     """A call's time limit, counted from the moment the request is sent."""
 
@@ -198,8 +211,9 @@ class Worker:
     """One child process (forkserver context, torch and profiling.runner preloaded), started lazily,
     reused across calls, replaced after a kill or a crash. One call at a time (the others wait)."""
 
-    def __init__(self, enabled: bool | None = None) -> None:
+    def __init__(self, enabled: bool | None = None, recycle_rss_bytes: int = RECYCLE_RSS_BYTES) -> None:
         self.enabled = worker_enabled() if enabled is None else enabled
+        self.recycle_rss_bytes = recycle_rss_bytes
         # A Lock, not an RLock: a Gradio generator handler is resumed in different threads.
         self._lock = threading.Lock()
         self._process: Any = None
@@ -280,6 +294,8 @@ class Worker:
             finally:
                 if not finished:  # time limit, cancellation, a dead child, or the caller's own exception
                     self._stop()
+            if _resident_bytes(self._process.pid) > self.recycle_rss_bytes:
+                self._stop()
         if kind == "raised":
             raise _rebuilt(*body)
         return body[0]

@@ -175,13 +175,8 @@ def test_bad_uploads_are_clear_and_the_app_keeps_serving(client, tmp_path, conte
     assert summary["events"] == 30
 
 
-def test_gzip_bomb_and_truncated_uploads(client, tmp_path):
-    bomb = tmp_path / "bomb.json.gz"
-    with gzip.open(bomb, "wb", compresslevel=9) as f:
-        for _ in range(450):
-            f.write(b" " * 1024**2)  # 450 MiB of JSON whitespace, well under 1 MiB on disk
-    with pytest.raises(AppError, match="inflates to more than 400 MiB"):
-        client.predict(handle_file(str(bomb)), api_name="/analyze")
+def test_truncated_uploads(client, tmp_path):
+    # Gzip bombs of every kind are in test_hostile_uploads.py.
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes((DATA / "a100_simple_add.json.gz").read_bytes()[:4000])
     with pytest.raises(AppError, match="truncated"):
@@ -242,3 +237,54 @@ def test_share_never_shows_the_token(client, profiled, caplog, capfd):
     out, errors = capfd.readouterr()
     for text in (str(err.value), caplog.text, out, errors):
         assert token not in text
+
+
+def test_practitioner_parameters_through_the_client(client):
+    """mode, kv_heads, q_len and mask, appended after the old parameters, with neutral defaults."""
+    # GQA (4 query heads share 2 KV heads) copies K and V; MQA with one KV head would not: a stride-0
+    # head dimension reshapes as a view and bmm reads it in place.
+    summary, *_, insights = profile(client, "naive", mode="training", heads=4, kv_heads=2, seq_len=64)
+    assert (summary["mode"], summary["kv_heads"], summary["q_len"]) == ("training", 2, 64)
+    assert summary["kernels_per_backward"] > 0 and summary["saved_for_backward_bytes"] > 0
+    assert "GQA copy" in insights and "Backward memory" in insights
+    decode, *_ = profile(client, "sdpa", q_len=1, seq_len=256)
+    assert decode["q_len"] == 1 and decode["backend_used"] == "flash"
+    assert any(i.startswith("Decode is bandwidth-bound") for i in decode["insights"])
+    window, *_ = profile(client, "sdpa", mask="sliding_window", window=16)
+    assert window["window"] == 16 and window["mask"] == "sliding_window"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(mode="train"), "^mode: 'train' is not one of"),
+        (dict(heads=4, kv_heads=3), r"^kv_heads: must divide heads \(4\)"),
+        (dict(q_len=65), "^q_len: must be from 0 to 64"),
+        (dict(mask="sliding_window", window=0), "^window: sliding_window needs a window"),
+        (dict(mask="padding", valid_len="1,2,3"), "^valid_len: padding needs one length"),
+    ],
+)
+def test_practitioner_parameters_are_validated_by_name(client, overrides, message):
+    with pytest.raises(AppError, match=message):
+        profile(client, "naive", **overrides)
+
+
+def test_flex_training_is_refused_on_cpu_with_the_reason(client):
+    with pytest.raises(AppError, match="^mode: "):
+        profile(client, "flex", mode="training")
+
+
+def test_compare_takes_the_new_parameters_and_shows_the_backend(client):
+    rows, table, _ = client.predict(**{**SMALL, "q_len": 1}, api_name="/compare")
+    flash = next(r for r in rows if (r["variant"], r["backend"]) == ("sdpa", "flash"))
+    assert flash["q_len"] == 1 and flash["backend_used"] == "flash"
+    assert "backend used" in table["headers"] and "backends that refuse this call" in table["headers"]
+
+
+def test_decode_sweep_follows_q_len(client):
+    rows, chart = client.predict(
+        ["sdpa-flash"], "64,128", 1, 2, 32, "float32", "cpu", False, "inference", 0, 1, api_name="/sweep"
+    )
+    assert [(r["seq_len"], r["q_len"], r["status"]) for r in rows] == [(64, 1, "ok"), (128, 1, "ok")]
+    guide = next(t for t in json.loads(chart["plot"])["data"] if str(t.get("name", "")).startswith("O("))
+    assert guide["name"].startswith("O(q_len·S)")

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+from bench.gpu_check import PRACTICE_RUNS
 from profiling.trace import load_trace
 from tests.conftest import ROOT
 
@@ -32,9 +33,13 @@ def test_gpu_check_runs_and_writes_gzipped_traces(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "== naive: 6 kernels/forward" in out.stdout and "sdpa-cudnn: unavailable" in out.stdout
-    traces = sorted(p.name for p in tmp_path.glob("*.json.gz"))
-    assert traces == ["cpu_inplace.json.gz", "cpu_naive.json.gz", "cpu_sdpa-flash.json.gz", "cpu_sdpa-math.json.gz"]
+    traces = {p.name for p in tmp_path.glob("*.json.gz")}
+    blog = {"cpu_inplace.json.gz", "cpu_naive.json.gz", "cpu_sdpa-flash.json.gz", "cpu_sdpa-math.json.gz"}
+    practice = {f"cpu_{name}.json.gz" for name, *_ in PRACTICE_RUNS}
+    assert traces == blog | practice  # efficient and cuDNN refuse on CPU; every practitioner run works
     assert (load_trace(tmp_path / "cpu_naive.json.gz").complete["name"] == "attn_fwd").sum() == 3
+    assert (load_trace(tmp_path / "cpu_train-naive.json.gz").complete["name"] == "attn_bwd").sum() == 3
+    assert "== decode-sdpa-auto: " in out.stdout and "saved for backward" in out.stdout
 
 
 def test_gpu_check_script_says_plainly_when_there_is_no_gpu(tmp_path):

@@ -79,6 +79,19 @@ def test_backward_memory_naive_keeps_the_probabilities_flash_does_not(runs):
     assert "backward_memory" not in rules(runs["naive-gqa"])  # inference
 
 
+def test_backward_memory_takes_the_output_off_before_comparing(tmp_path):
+    # At seq_len == head_dim the output is exactly one score matrix's size: flash must still read as
+    # keeping none, naive as keeping the probabilities.
+    shape = dict(batch=1, heads=2, seq_len=32, head_dim=32, mode="training", device="cpu")
+    for variant, backend, says in (("sdpa", "flash", "no score matrix is kept"), ("naive", "auto", "keeps the")):
+        result = profile_attention(AttentionSpec(variant=variant, backend=backend, **shape), tmp_path)
+        finding = rules(result)["backward_memory"]
+        output = 1 * 2 * 32 * 32 * 4
+        assert finding.evidence["output_bytes"] == output and says in finding.text
+        expected = (result.summary["saved_for_backward_bytes"] - output) / (1 * 2 * 32 * 32 * 4)
+        assert finding.evidence["ratio"] == pytest.approx(expected)
+
+
 def test_gqa_copy_bytes_and_who_avoids_it(runs):
     kv_bytes = 2 * 1 * 4 * 128 * 32 * 4  # K and V, each laid out for all 4 query heads
     naive = rules(runs["naive-gqa"])["gqa_copy"]

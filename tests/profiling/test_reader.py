@@ -339,14 +339,22 @@ def _peak_growth(path: Path) -> tuple[int, int]:
 
 
 def test_peak_memory_of_a_large_real_like_trace(tmp_path):
-    """A 50 MiB replica of a real training trace: peak RSS growth within 1.5x its JSON."""
+    """A 50 MiB replica of a real training trace: each further byte of JSON costs under 1.5 bytes
+    of peak RSS. The fixed part (about 20 MiB here: first-use allocations) is measured on a 1x copy
+    and taken off, so the ratio is the one that holds at 1 GiB."""
     from bench.synthetic import replicate  # here: the bench needs orjson, the stdlib-only child does not
 
-    path = tmp_path / "replica.json.gz"
-    events, json_bytes = replicate(DATA / "sampled_training_rank0.json.gz", 30, path)
-    rows, growth = _peak_growth(path)
-    assert rows == events
-    assert growth < 1.5 * json_bytes, f"{growth / MiB:.0f} MiB for {json_bytes / MiB:.0f} MiB of JSON"
+    sizes = {}
+    for copies in (1, 30):
+        path = tmp_path / f"replica{copies}.json.gz"
+        events, json_bytes = replicate(DATA / "sampled_training_rank0.json.gz", copies, path)
+        rows, growth = _peak_growth(path)
+        assert rows == events
+        sizes[copies] = json_bytes, growth
+    (small_json, small_growth), (json_bytes, growth) = sizes[1], sizes[30]
+    per_byte = (growth - small_growth) / (json_bytes - small_json)
+    assert per_byte < 1.5, f"{growth / MiB:.0f} MiB for {json_bytes / MiB:.0f} MiB of JSON ({per_byte:.2f} per byte)"
+    assert small_growth < 48 * MiB
 
 
 def test_peak_memory_of_the_smallest_events_accepted(tmp_path):

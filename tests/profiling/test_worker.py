@@ -39,6 +39,15 @@ def pid() -> int:
     return os.getpid()
 
 
+_kept: list[bytearray] = []
+
+
+def hold_memory(n_bytes: int) -> int:
+    """Allocates and keeps `n_bytes` (touched, so resident) until the process ends."""
+    _kept.append(bytearray(b"x" * n_bytes))
+    return os.getpid()
+
+
 def stubborn_sleep(seconds: float, progress=None) -> None:
     """Ignores SIGTERM and SIGINT, as a thread stuck in a long native op effectively does."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -362,3 +371,15 @@ def test_until_closed_returns_raises_and_keeps_the_callers_context(worker):
     assert list(handler(looks_up))[-1] == ("done", ("request 1", False, (3, 1)))
     with pytest.raises(TwoArgError):
         list(handler(lambda cancelled: worker.call(raise_two_arg_error, cancelled=cancelled)))
+
+
+def test_a_worker_left_holding_much_memory_is_replaced():
+    w = Worker(enabled=True, recycle_rss_bytes=1024**3)
+    try:
+        small = w.call(hold_memory, 10 * 1024**2)
+        assert w.call(pid) == small  # under the threshold: kept
+        big = w.call(hold_memory, 1200 * 1024**2)
+        assert big == small and w.pid is None  # answered, then replaced
+        assert w.call(pid) != big
+    finally:
+        w.close()
