@@ -153,7 +153,11 @@ def _practice_controls() -> tuple[Any, ...]:
 
     with gr.Row():
         mode = gr.Dropdown(
-            list(MODES), value="inference", label="mode", info="training adds the backward pass", allow_custom_value=True
+            list(MODES),
+            value="inference",
+            label="mode",
+            info="training adds the backward pass",
+            allow_custom_value=True,
         )
         kv_heads = gr.Number(0, label="kv_heads", info="0 = heads; fewer is GQA, 1 is MQA", precision=None)
         q_len = gr.Number(0, label="q_len", info="0 = seq_len; 1 is KV-cache decode", precision=None)

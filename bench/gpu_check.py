@@ -29,7 +29,7 @@ import torch
 import attention
 from attention import AttentionSpec, SpecError
 from profiling.__main__ import add_shape_args, spec_from_args
-from profiling.pipeline import profile_attention
+from profiling.pipeline import RunResult, profile_attention
 from profiling.runner import RunError
 
 TIMED_CALLS = 20
@@ -67,7 +67,7 @@ def event_ms(spec: AttentionSpec) -> float:
     return statistics.median(times)
 
 
-def report(name: str, spec: AttentionSpec, result, out: Path | None, tag: str) -> None:
+def report(name: str, spec: AttentionSpec, result: RunResult, out: Path | None, tag: str) -> None:
     """Prints one run's figures, kernels and insights; copies its trace, gzipped, to `out`."""
     s = result.summary
     measured = s["forward_device_ms"] if s["forward_device_ms"] is not None else s["forward_unprofiled_ms"]
