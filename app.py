@@ -114,16 +114,8 @@ class Shape:
 
     def all(self) -> list[Any]:
         """What /profile and /compare take after the variant: the shape, then the run's other parameters."""
-        return [
-            self.batch,
-            self.heads,
-            self.seq_len,
-            self.head_dim,
-            self.dtype,
-            self.device,
-            self.compile,
-            *self.extra(),
-        ]
+        shape = [self.batch, self.heads, self.seq_len, self.head_dim, self.dtype, self.device, self.compile]
+        return [*shape, *self.extra()]
 
     def extra(self) -> list[Any]:
         return [self.mode, self.kv_heads, self.q_len, self.mask, self.window, self.valid_len]
@@ -340,7 +332,10 @@ def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
 
 
 if __name__ == "__main__":
+    from endpoints import start_worker
     from profiling.reader import MAX_UPLOAD_BYTES
+
+    start_worker()
 
     build_demo().launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),

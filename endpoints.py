@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import html
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import gradio as gr
@@ -19,6 +19,8 @@ RUN_TIME_LIMIT_S = float(os.environ.get("ATTENTION_PROFILER_TIME_LIMIT", "300"))
 # ZeroGPU reserves the GPU for the duration a request asks for: a run's share of the time limit,
 # a sweep or comparison at most the one limit they share, plus a margin for import and export.
 GPU_SECONDS_PER_RUN, GPU_MARGIN_S = 60, 30
+# How many outputs each generator handler has: it yields "no change" to all of them while it waits.
+PROFILE_OUTPUTS, COMPARE_OUTPUTS, SWEEP_OUTPUTS, ANALYZE_OUTPUTS = 7, 3, 2, 8
 
 
 def gpu_seconds(runs: int) -> int:
@@ -63,6 +65,16 @@ def store() -> Any:
 
         _store = RunStore(os.environ.get("ATTENTION_PROFILER_DIR"))
     return _store
+
+
+def start_worker() -> None:
+    """Start the run worker (and its forkserver, which imports torch) beside the server, so the first
+    request's time limit does not pay for it."""
+    import threading
+
+    from profiling.worker import default_worker
+
+    threading.Thread(target=default_worker().start, name="worker-start", daemon=True).start()
 
 
 def app_error(message: str) -> gr.Error:
@@ -121,6 +133,20 @@ def _user_errors() -> Iterator[None]:
         raise app_error(str(exc)) from None
 
 
+def _while_running(outputs: int, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Generator[Any, None, Any]:
+    """`work(*args, cancelled=..., **kwargs)` in a thread; yields "no change" to the handler's `outputs`
+    outputs every second meanwhile, and returns its result.
+
+    Why a generator: Gradio closes a generator handler at its next yield when the client leaves
+    (a plain handler runs to the end), which sets `cancelled` and kills the run's worker process.
+    """
+    from profiling.worker import until_closed
+
+    tick = tuple(gr.skip() for _ in range(outputs))
+    with _user_errors():
+        return (yield from until_closed(work, *args, tick=tick, **kwargs))
+
+
 # ---------------------------------------------------------------- endpoints
 
 
@@ -151,7 +177,7 @@ def profile(
     window: float = 0,
     valid_len: str = "",
     progress: gr.Progress = gr.Progress(),
-) -> tuple:
+) -> Generator[tuple, None, None]:
     """Profile one attention variant with torch.profiler.
 
     Args:
@@ -173,9 +199,10 @@ def profile(
     from profiling.tables import rounded
 
     spec = _spec(**_fields(locals()))
-    with _user_errors():
-        result = profile_attention(spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
-    return (
+    result = yield from _while_running(
+        PROFILE_OUTPUTS, profile_attention, spec, store().new_dir(), _progress(progress), RUN_TIME_LIMIT_S
+    )
+    yield (
         dict(result.summary),
         rounded(result.op_table),
         timeline(result.analysis),
@@ -213,7 +240,7 @@ def compare(
     window: float = 0,
     valid_len: str = "",
     progress: gr.Progress = gr.Progress(),
-) -> tuple:
+) -> Generator[tuple, None, None]:
     """Every variant and SDPA backend on one shape, within one time limit.
 
     Args:
@@ -232,8 +259,10 @@ def compare(
     from profiling.compare import compare_table
 
     spec = _spec(**_fields(locals()))
-    rows = compare_all(spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
-    return rows, compare_table(rows), compare_chart(rows)
+    rows = yield from _while_running(
+        COMPARE_OUTPUTS, compare_all, spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S
+    )
+    yield rows, compare_table(rows), compare_chart(rows)
 
 
 @on_gpu(_sweep_seconds)
@@ -253,7 +282,7 @@ def sweep(
     window: float = 0,
     valid_len: str = "",
     progress: gr.Progress = gr.Progress(),
-) -> tuple:
+) -> Generator[tuple, None, None]:
     """Forward time and peak memory of each variant over a list of seq_len values, within one time limit.
 
     The other parameters hold for the whole sweep: a decode sweep is q_len=1 over a list of KV lengths.
@@ -280,16 +309,20 @@ def sweep(
         runs, lengths = parse_runs(",".join(variants)), parse_seq_lens(str(seq_lens))
     fields = _fields(locals())
     spec = _spec(**fields, variant=runs[0][0], backend=runs[0][1], seq_len=max(lengths))
-    with _user_errors():
-        rows = run_sweep(spec, runs, lengths, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S)
-    return rows, sweep_chart(rows)
+    rows = yield from _while_running(
+        SWEEP_OUTPUTS,
+        run_sweep,
+        *(spec, runs, lengths, store().new_dir(), _progress(progress)),
+        time_limit_s=RUN_TIME_LIMIT_S,
+    )
+    yield rows, sweep_chart(rows)
 
 
 for _handler in (profile, compare, sweep):
     _handler.__doc__ = (_handler.__doc__ or "").replace("{RUN_DOC}", RUN_DOC)
 
 
-def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> tuple:
+def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> Generator[tuple, None, None]:
     """Analyze an uploaded torch.profiler Chrome trace.
 
     Args:
@@ -297,25 +330,34 @@ def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> tuple:
 
     Returns the summary, op table, kernel table, timeline, steps, annotations, insights and steps chart.
     """
-    from profiling.analysis import analyze_file
+    from profiling.uploads import analyze_time_limit_s
+
+    path = _app_file(trace, "trace")
+    outputs = yield from _while_running(
+        ANALYZE_OUTPUTS, _analysis_outputs, path, _progress(progress), analyze_time_limit_s()
+    )
+    yield outputs
+
+
+def _analysis_outputs(path: str, progress: Any, time_limit_s: float, cancelled: Callable[[], bool]) -> tuple:
+    """/analyze's outputs, drawn while the analysis still holds its admitted memory."""
     from profiling.charts import timeline, window_chart
     from profiling.markdown import insights_markdown
     from profiling.tables import rounded
+    from profiling.uploads import analysed_upload
 
-    path = _app_file(trace, "trace")
-    with _user_errors():
-        result = analyze_file(path, progress=_progress(progress))
-    progress(0.95, desc="drawing the timeline")
-    return (
-        dict(result.summary),
-        rounded(result.op_table),
-        rounded(result.kernel_table),
-        timeline(result),
-        rounded(result.steps),
-        rounded(result.annotations),
-        insights_markdown(result.insights),
-        window_chart(result.steps),
-    )
+    with analysed_upload(path, time_limit_s, progress, cancelled) as result:
+        progress(0.95, "drawing the timeline")
+        return (
+            dict(result.summary),
+            rounded(result.op_table),
+            rounded(result.kernel_table),
+            timeline(result),
+            rounded(result.steps),
+            rounded(result.annotations),
+            insights_markdown(result.insights),
+            window_chart(result.steps),
+        )
 
 
 def diff(before: dict, after: dict) -> list[dict]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiling.reader import Limits, TraceError, inflated, raw_chunks
+from profiling.reader import MAX_SKELETON_BYTES, Limits, TraceError, inflated, raw_chunks
 
 MiB, GiB = 1024**2, 1024**3
 # Peak RSS growth of an analysis (`analyze_file`, then the tables rounded and the timeline and steps
@@ -107,8 +107,22 @@ def analysis_cost(path: str | Path, limits: Limits | None = None) -> AnalysisCos
     byte limits, or corrupt gzip, raises the reader's TraceError here, before any memory is admitted.
     """
     limits = limits or Limits()
-    total = sum(len(chunk) for chunk in inflated(raw_chunks(Path(path), limits), limits.inflated_bytes))
+    chunks = _not_blank_at_length(inflated(raw_chunks(Path(path), limits), limits.inflated_bytes))
+    total = sum(len(chunk) for chunk in chunks)
     return AnalysisCost(total, analysis_peak_bytes(total))
+
+
+def _not_blank_at_length(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """`chunks`, stopped with the reader's own message once they open with more blanks than it
+    allows: a bomb of whitespace is refused after MAX_SKELETON_BYTES, not counted to the inflated cap."""
+    blanks = 0
+    for chunk in chunks:
+        if blanks is not None:
+            stripped = chunk.lstrip()
+            blanks = None if stripped else blanks + len(chunk)
+            if blanks is not None and blanks > MAX_SKELETON_BYTES:
+                raise TraceError(f"trace: starts with more than {MAX_SKELETON_BYTES // MiB} MiB of blanks; not a trace")
+        yield chunk
 
 
 class MemoryGate:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pandas as pd
 from attention import RUNS, AttentionSpec, SpecError, run_label
 from profiling.pipeline import profile_attention
 from profiling.runner import Deadline, Progress, RunError
+from profiling.worker import Cancelled
 
 COMPARE_COLUMNS = [
     "run",
@@ -40,10 +42,12 @@ def compare(
     progress: Progress | None = None,
     runs: tuple[tuple[str, str], ...] = RUNS,
     time_limit_s: float | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """Run each (variant, backend) on `base`'s shape. A row that cannot run carries `error`.
 
     `time_limit_s` bounds the whole comparison: each run gets what the ones before it left.
+    `cancelled()` true (the client left) stops the run in progress and the comparison.
     """
     report = progress or (lambda fraction, message: None)
     deadline = Deadline(time_limit_s)
@@ -56,7 +60,10 @@ def compare(
         try:
             deadline.check("compare")
             spec = base.replace(variant=variant, backend=backend)
-            rows.append(dict(profile_attention(spec, trace_dir, step, deadline.remaining_s()).summary))
+            result = profile_attention(spec, trace_dir, step, deadline.remaining_s(), cancelled)
+            rows.append(dict(result.summary))
+        except Cancelled:
+            raise
         except (SpecError, RunError) as exc:
             rows.append({"variant": variant, "backend": backend, "device": base.device, "error": str(exc)})
     _add_speedups(rows)

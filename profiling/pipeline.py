@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from profiling.insights import Insight
 from profiling.runner import Measurement, Progress, measure
 from profiling.summary import RunSummary
 from profiling.trace import Trace, load_trace
+from profiling.worker import Worker, default_worker
 
 MEASURE_SHARE = 0.85  # of the progress bar; the analysis takes the rest
 
@@ -62,10 +64,23 @@ def profile_attention(
     trace_dir: str | Path,
     progress: Progress | None = None,
     time_limit_s: float | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    worker: Worker | None = None,
 ) -> RunResult:
-    """Profile `spec` (see `runner.measure`), then analyze the trace it wrote."""
+    """Profile `spec` (see `runner.measure`) in the worker process, then analyze the trace it wrote.
+
+    The worker is killed, and RunError raised, when the measurement passes `time_limit_s` or as soon
+    as `cancelled()` is true (the client left); the analysis, bounded by the trace's small size, runs here.
+    """
     report = progress or (lambda fraction, message: None)
-    measured = measure(spec, trace_dir, lambda f, m: report(MEASURE_SHARE * f, m), time_limit_s)
+    measured = (worker or default_worker()).call(
+        measure,
+        spec,
+        Path(trace_dir),
+        time_limit_s=time_limit_s,
+        progress=lambda f, m: report(MEASURE_SHARE * f, m),
+        cancelled=cancelled,
+    )
     report(MEASURE_SHARE, "reading the trace")
     analysis = analyze(
         load_trace(measured.trace_path),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ from attention import AttentionSpec, SpecError, format_bytes, memory_budget, run
 from profiling.compare import forward_ms
 from profiling.pipeline import profile_attention
 from profiling.runner import Deadline, Progress, RunError
+from profiling.worker import Cancelled
 
 MAX_POINTS = 64  # variants x seq_len values in one sweep
 POINT_KEYS = ("forward_ms", "peak_memory_bytes", "kernels_per_forward", "achieved_tflops")
@@ -22,12 +24,13 @@ def sweep(
     progress: Progress | None = None,
     budget_bytes: int | None = None,
     time_limit_s: float | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (variant, seq_len) that ran, plus one `stopped` row where a variant stopped.
 
     A variant stops before the memory guard would refuse it: at the first seq_len whose
     estimated memory exceeds `budget_bytes` (default: what the device has free, with headroom).
-    `time_limit_s` bounds the whole sweep.
+    `time_limit_s` bounds the whole sweep; `cancelled()` true (the client left) stops it.
     """
     report = progress or (lambda fraction, message: None)
     seq_lens = sorted(set(seq_lens))
@@ -42,7 +45,7 @@ def sweep(
         for s, seq_len in enumerate(seq_lens):
             report((v * len(seq_lens) + s) / total, f"{label} at seq_len {seq_len}")
             spec = base.replace(variant=variant, backend=backend, seq_len=seq_len)
-            row = _point(spec, label, budget, trace_dir, deadline)
+            row = _point(spec, label, budget, trace_dir, deadline, cancelled)
             rows.append(row)
             if row["status"] == "stopped":
                 break
@@ -66,7 +69,14 @@ def _check_values(base: AttentionSpec, seq_lens: list[int]) -> None:
         base.replace(seq_len=seq_len)
 
 
-def _point(spec: AttentionSpec, label: str, budget: int, trace_dir: str | Path, deadline: Deadline) -> dict[str, Any]:
+def _point(
+    spec: AttentionSpec,
+    label: str,
+    budget: int,
+    trace_dir: str | Path,
+    deadline: Deadline,
+    cancelled: Callable[[], bool] | None,
+) -> dict[str, Any]:
     need = spec.estimated_bytes()
     if need > budget:
         return _stopped(
@@ -74,7 +84,9 @@ def _point(spec: AttentionSpec, label: str, budget: int, trace_dir: str | Path, 
         )
     try:
         deadline.check("sweep")
-        summary = profile_attention(spec, trace_dir, time_limit_s=deadline.remaining_s()).summary
+        summary = profile_attention(spec, trace_dir, time_limit_s=deadline.remaining_s(), cancelled=cancelled).summary
+    except Cancelled:
+        raise
     except (SpecError, RunError) as exc:
         return _stopped(label, spec.seq_len, str(exc))
     return {

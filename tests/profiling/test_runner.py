@@ -9,6 +9,7 @@ from profiling.pipeline import profile_attention
 from profiling.runner import ACTIVE, RunError
 from profiling.summary import SUMMARY_KEYS
 from profiling.windows import FORWARD
+from profiling.worker import Worker
 
 
 def test_summary_has_every_public_key(cpu_runs):
@@ -102,8 +103,9 @@ def test_out_of_memory_is_caught_and_the_next_run_works(tmp_path, monkeypatch):
     # Claim a machine with an exabyte free so the guard lets an impossible shape through to the allocator.
     monkeypatch.setattr(attention.support, "available_bytes", lambda device: 2**60)
     huge = AttentionSpec(variant="inplace", batch=512, heads=256, seq_len=131072, head_dim=64, device="cpu")
+    here = Worker(enabled=False)  # the patch holds in this process only
     with pytest.raises(RunError, match="^out of CPU memory for 512x256x131072x64 float32"):
-        profile_attention(huge, tmp_path)
+        profile_attention(huge, tmp_path, worker=here)
     monkeypatch.undo()
     assert profile_attention(AttentionSpec(seq_len=32, device="cpu"), tmp_path).summary["kernels_per_forward"] == 6
 
