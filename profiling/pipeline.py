@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
+import attention
 from attention import AttentionSpec
 from profiling.analysis import Analysis, analyze
 from profiling.insights import Insight
+from profiling.run_time import refuse_if_too_long
 from profiling.runner import Measurement, Progress, measure
 from profiling.summary import RunSummary
 from profiling.trace import Trace, load_trace
@@ -69,9 +71,12 @@ def profile_attention(
 ) -> RunResult:
     """Profile `spec` (see `runner.measure`) in the worker process, then analyze the trace it wrote.
 
-    The worker is killed, and RunError raised, when the measurement passes `time_limit_s` or as soon
+    A run estimated to take longer than `time_limit_s` is refused before it starts (RunError with the
+    estimate). The worker is killed, and RunError raised, when the measurement passes `time_limit_s` or as soon
     as `cancelled()` is true (the client left); the analysis, bounded by the trace's small size, runs here.
     """
+    attention.preflight(spec)  # here too, before the estimate: CUDA present, supported, fits in memory
+    refuse_if_too_long(spec, time_limit_s)
     report = progress or (lambda fraction, message: None)
     measured = (worker or default_worker()).call(
         measure,

@@ -12,6 +12,7 @@ from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
 import endpoints
+import profiling.run_time
 import profiling.uploads
 from profiling.admission import MemoryGate
 from profiling.worker import default_worker
@@ -26,9 +27,21 @@ SHAPE = dict(dtype="float32", device="cpu", compile=False)
 MARGIN_S = 1.5
 
 
+def test_a_run_that_cannot_finish_in_time_is_refused_at_once_with_the_estimate(client, monkeypatch):
+    monkeypatch.setattr(endpoints, "RUN_TIME_LIMIT_S", 2.0)
+    start = time.monotonic()
+    with pytest.raises(AppError, match=r"^time limit: this run would take about \d+ s \(\d+ forwards of ~"):
+        client.predict(**LONG, **SHAPE, api_name="/profile")
+    assert time.monotonic() - start < 2.0
+
+
 def test_a_run_is_stopped_at_its_time_limit_in_any_stage(client, monkeypatch):
     # The limit counts from a ready worker: the app starts one at launch; here the first run does.
     client.predict(**{**LONG, "seq_len": 32}, **SHAPE, api_name="/profile")
+    # An estimate 100x too hopeful lets the run start: the worker's kill must hold the limit alone.
+    monkeypatch.setitem(profiling.run_time.MATMUL_SHARE, "naive", 25.0)
+    monkeypatch.setattr(profiling.run_time, "REFERENCE_SHARE", 30.0)
+    monkeypatch.setattr(profiling.run_time, "FIXED_S", 0.0)
     for limit in (0.5, 2.0, 4.0):
         monkeypatch.setattr(endpoints, "RUN_TIME_LIMIT_S", limit)
         start = time.monotonic()
@@ -42,6 +55,8 @@ def test_a_run_is_stopped_at_its_time_limit_in_any_stage(client, monkeypatch):
 
 def test_compare_holds_one_limit_for_all_its_runs(client, monkeypatch):
     monkeypatch.setattr(endpoints, "RUN_TIME_LIMIT_S", 2.0)
+    for kind in profiling.run_time.MATMUL_SHARE:  # too hopeful: every run starts, and the limit must hold
+        monkeypatch.setitem(profiling.run_time.MATMUL_SHARE, kind, 100.0)
     start = time.monotonic()
     rows, *_ = client.predict(*(1, 16, 2048, 64), *SHAPE.values(), api_name="/compare")
     assert time.monotonic() - start < 2.0 + MARGIN_S + 5.0  # + analysing and drawing the runs that finished

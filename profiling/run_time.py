@@ -1,0 +1,78 @@
+"""How long a whole run will take, estimated from its shape before it starts.
+
+A run is WARMUP_CALLS warm-up forwards, the profiler's WAIT + WARMUP + ACTIVE steps, at least
+UNPROFILED_CALLS timed forwards (and in training as many timed steps), each forward followed by its
+backward in training, then the float64 reference. Each forward costs its dense FLOPs (every
+(query, key) pair: only the fused kernels skip masked blocks, and not on every device) at a share of
+this device's matmul rate, plus the least memory traffic at its bandwidth (what decode is made of).
+
+The shares are measured, not assumed: CPU, torch 2.13, 2 cores, 1x8xSx64 float32, S from 512 to
+2048, forward time against `roofline.matmul_tflops` (tests/profiling/test_run_time.py holds every
+variant's whole run within 3x of this estimate, both ways). A GPU gets the same shares of its vendor
+peak: a rough guess there, which the worker's time limit backs up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attention import AttentionSpec
+from attention.memory import FLOAT32_SCORES, score_kind
+from profiling.roofline import device_name, peak_gbps, peak_tflops
+from profiling.runner import ACTIVE, UNPROFILED_CALLS, WAIT, WARMUP, WARMUP_CALLS, RunError
+
+# Share of the matmul rate a forward reaches on its dense FLOPs, by what decides its work.
+MATMUL_SHARE = {"naive": 0.25, "inplace": 0.25, "math": 0.25, "flex": 0.15, "fused": 0.8}
+BACKWARD_COST = 2.0  # a backward's time against its forward's (measured; the FLOPs ratio is 2.5)
+# Masks whose blocks a fused kernel skips; a dense mask (window, padding) is applied to every pair.
+SKIPPED_MASKS = ("causal", "causal_top_left")
+REFERENCE_SHARE = 0.3  # the float64 reference, in blocks, against the float32 matmul rate
+FIXED_S = 0.5  # starting the profiler, exporting and reading back the trace
+FLEX_SETUP_S = 2.0  # flex_attention's block mask and first eager call (measured ~2 s at any size)
+FORWARDS = WARMUP_CALLS + WAIT + WARMUP + ACTIVE + UNPROFILED_CALLS
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """Seconds a run is expected to take, and its parts."""
+
+    forward_s: float  # one forward (with its backward in training)
+    calls: int  # forwards (and backwards) the run makes
+    reference_s: float
+
+    setup_s: float = FIXED_S
+
+    @property
+    def seconds(self) -> float:
+        return self.setup_s + self.calls * self.forward_s + self.reference_s
+
+
+def estimate_run_time(spec: AttentionSpec) -> RunTime:
+    """The run's expected time on this machine (measures this device's matmul and copy rates once)."""
+    gpu, kind = device_name(spec.device), score_kind(spec)
+    # math and flex compute their scores in float32 whatever the inputs' dtype
+    flops = peak_tflops(spec.device, gpu, "float32" if kind in FLOAT32_SCORES else spec.dtype)[0] * 1e12
+    dense = 4 * spec.head_dim * spec.batch * spec.heads * spec.q_len * spec.seq_len
+    work = spec.flops() if kind == "fused" and spec.mask in SKIPPED_MASKS else dense
+    traffic = spec.bytes_moved() / (peak_gbps(spec.device, gpu)[0] * 1e9)
+    forward_s = work / (flops * MATMUL_SHARE[kind]) + traffic
+    calls = FORWARDS + (UNPROFILED_CALLS if spec.training else 0)
+    if spec.training:
+        forward_s *= 1 + BACKWARD_COST
+    reference_flops = dense * (1 + BACKWARD_COST if spec.training else 1)
+    reference_rate = peak_tflops(spec.device, gpu, "float32")[0] * 1e12 * REFERENCE_SHARE
+    setup_s = FIXED_S + (FLEX_SETUP_S if spec.variant == "flex" else 0.0)
+    return RunTime(forward_s, calls, reference_flops / reference_rate, setup_s)
+
+
+def refuse_if_too_long(spec: AttentionSpec, time_limit_s: float | None) -> None:
+    """RunError, with the estimate, when `spec` cannot finish within `time_limit_s`."""
+    if time_limit_s is None:
+        return
+    estimate = estimate_run_time(spec)
+    if estimate.seconds > time_limit_s:
+        raise RunError(
+            f"time limit: this run would take about {estimate.seconds:.0f} s ({estimate.calls} forwards of "
+            f"~{estimate.forward_s:.2f} s and the float64 reference), over the {time_limit_s:.0f} s left; "
+            "try a smaller seq_len or batch"
+        )
