@@ -47,6 +47,47 @@ def run_hta(trace: Path) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _peak_kib() -> int:
+    # VmHWM, not ru_maxrss: it can be read before and after, so the interpreter's and HTA's
+    # import footprint is taken off the analysis's peak.
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM"):
+            return int(line.split()[1])
+    return 0
+
+
+def _child_timing(trace: str) -> None:  # runs inside .venv/hta: load + kernel + temporal breakdowns
+    import logging
+    import tempfile
+    import time
+
+    logging.disable(logging.WARNING)
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if p and str(Path(p).resolve()) != here]
+    from hta.trace_analysis import TraceAnalysis
+
+    baseline = _peak_kib()
+    with tempfile.TemporaryDirectory() as folder:  # TraceAnalysis reads every trace in a folder
+        copy = Path(folder) / Path(trace).name
+        copy.symlink_to(trace)  # no second copy of a big file on disk
+        start = time.perf_counter()
+        analyzer = TraceAnalysis(trace_dir=folder)
+        loaded = time.perf_counter()
+        analyzer.get_gpu_kernel_breakdown(visualize=False)
+        kernels_done = time.perf_counter()
+        analyzer.get_temporal_breakdown(visualize=False)
+        done = time.perf_counter()
+    events = sum(len(t) for t in analyzer.t.get_all_traces().values())
+    figures = {"load_s": loaded - start, "kernel_breakdown_s": kernels_done - loaded}
+    figures |= {"temporal_breakdown_s": done - kernels_done, "seconds": done - start, "events": events}
+    print(json.dumps(figures | {"peak_mib": _peak_kib() / 1024, "baseline_mib": baseline / 1024}))
+
+
+def hta_timing_command(trace: Path) -> list[str]:
+    """The command that times HTA's load + kernel + temporal breakdowns of `trace` (see `_child_timing`)."""
+    return [str(hta_python()), str(Path(__file__).resolve()), "--child-timing", str(Path(trace).resolve())]
+
+
 def _child(trace: str) -> None:  # runs inside .venv/hta, so only the stdlib and HTA are importable
     import logging
     import resource
@@ -88,6 +129,8 @@ def _child(trace: str) -> None:  # runs inside .venv/hta, so only the stdlib and
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         _child(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--child-timing":
+        _child_timing(sys.argv[2])
     elif len(sys.argv) == 2:
         print(json.dumps(run_hta(Path(sys.argv[1])), indent=2))
     else:

@@ -376,28 +376,25 @@ OBJECT_ARGS = {
 OLD_ARG_SPELLINGS = {"External id": "external id", "Input Dims": "Input dims"}
 TEXT_FIELDS = ("name", "cat", "ph")
 COLUMNS = ["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", *NUMERIC_ARGS.values(), *OBJECT_ARGS.values()]
-_FIELDS = [*TEXT_FIELDS, "ts", "dur", "pid", "tid", "args"]
-_NUMBER_KEYS = [*NUMERIC_ARGS, OLD_ARG_SPELLINGS["External id"]]
 _OBJECT_COLUMNS = {*TEXT_FIELDS, "pid", "tid", *OBJECT_ARGS.values()}
-# Element kinds, by exact type: a bool is not an int here, as JSON's true is not a number.
-_STR, _INT, _FLOAT = 1, 2, 3
-_KINDS = {str: _STR, int: _INT, float: _FLOAT}
-_kind_ufunc = np.frompyfunc(lambda value: _KINDS.get(type(value), 0), 1, 1)
-
-
-def _kinds(values: np.ndarray) -> np.ndarray:
-    return _kind_ufunc(values).astype(np.int8) if len(values) else np.empty(0, np.int8)
-
-
-_EMPTY: dict[str, Any] = {}
+_NONE = type(None)
+# Value types whose batch takes the vectorised path (exact type: a bool is not an int here, as
+# JSON's true is not a number); any other type in a batch sends that field to the per-value path.
+_PLAIN_NUMBERS = frozenset({int, float, _NONE})
+_PLAIN_TEXTS = frozenset({str, _NONE})
+# int and str never compare equal, so one hash table tells them apart; 1 and 1.0 (and True) would not.
+_PLAIN_LANES = frozenset({int, str, _NONE})
 _LANE_TYPES = (str, int, float)
+_EMPTY: dict[str, Any] = {}
 
 
 class Columns:
     """Event columns built one batch at a time; `arrays()` joins them.
 
-    Field extraction and type checks are vectorised (pandas builds the per-batch table in C);
-    Python-level work is per distinct value, not per event.
+    Each field is gathered by one list comprehension per batch, and its values' types are checked
+    per batch (`set(map(type, ...))`, in C): a batch of plain values is converted by numpy and
+    pandas in C, and only a batch holding odd values (a bool, a list, a huge int) takes the
+    per-value path. Further Python-level work is per distinct value, not per event.
     """
 
     def __init__(self, limits: Limits) -> None:
@@ -420,9 +417,8 @@ class Columns:
         self.skipped += len(batch) - len(events)
         if not events:
             return
-        table = pd.DataFrame(events, columns=_FIELDS)
-        text = {field: self._texts(table[field]) for field in TEXT_FIELDS}
-        ts, dur = _times(table["ts"]), _times(table["dur"])
+        text = {field: self._texts(_field(events, field)) for field in TEXT_FIELDS}
+        ts, dur = _times(_field(events, "ts")), _times(_field(events, "dur"))
         complete, metadata = text["ph"] == "X", text["ph"] == "M"
         # Metadata ("M") events carry no time; every other usable event needs a finite start, and a
         # duration event also a non-negative duration and a name.
@@ -430,12 +426,15 @@ class Columns:
         keep = np.flatnonzero(usable)
         self.skipped += len(events) - len(keep)
         self.kept += len(keep)
-        dur = np.where(complete, dur, 0.0)[keep]
-        block = {field: text[field][keep] for field in TEXT_FIELDS}
-        block |= {"ts": ts[keep], "dur": dur, "end": ts[keep] + dur}
-        block |= {lane: self._lanes(table[lane], events)[keep] for lane in ("pid", "tid")}
-        block |= self._args(table["args"].to_numpy(object)[keep])
-        self._append(block, len(keep))
+        if len(keep) < len(events):
+            events = [events[i] for i in keep.tolist()]
+            text = {field: values[keep] for field, values in text.items()}
+            ts, dur, complete = ts[keep], dur[keep], complete[keep]
+        dur = np.where(complete, dur, 0.0)
+        block = text | {"ts": ts, "dur": dur, "end": ts + dur}
+        block |= {lane: self._lanes(_field(events, lane)) for lane in ("pid", "tid")}
+        block |= self._args([a if type(a) is dict else _EMPTY for a in _field(events, "args")])
+        self._append(block, len(events))
 
     def _append(self, block: dict[str, np.ndarray], rows: int) -> None:
         capacity, end = len(self.data["ts"]), self.size + rows
@@ -456,63 +455,69 @@ class Columns:
                 "(the cap on tiny events); not a torch.profiler trace"
             )
 
-    def _args(self, args: np.ndarray) -> dict[str, np.ndarray]:
-        dicts = [a if type(a) is dict else _EMPTY for a in args]
-        table = pd.DataFrame(dicts, columns=_NUMBER_KEYS, index=range(len(dicts)))
-        table["External id"] = table["External id"].where(table["External id"].notna(), table["external id"])
-        numbers = {column: _numbers(table[key]) for key, column in NUMERIC_ARGS.items()}
-        # Object values come straight from the dicts: pandas would turn an int next to a NaN into a float.
-        objects = {column: self._shared(_arg_values(dicts, key)) for key, column in OBJECT_ARGS.items()}
-        return numbers | objects
+    def _args(self, dicts: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        # Only keys some event of the batch has are gathered (one C-level pass over the keys);
+        # a kernel-free batch skips the kernel keys, and so on.
+        present = set().union(*dicts)
+        out: dict[str, np.ndarray] = {}
+        for key, column in NUMERIC_ARGS.items():
+            wanted = key in present or OLD_ARG_SPELLINGS.get(key) in present
+            out[column] = _numbers(_arg_values(dicts, key)) if wanted else np.full(len(dicts), np.nan)
+        for key, column in OBJECT_ARGS.items():
+            wanted = key in present or OLD_ARG_SPELLINGS.get(key) in present
+            out[column] = self._shared(_arg_values(dicts, key)) if wanted else np.full(len(dicts), None, object)
+        return out
 
     def _shared(self, values: list[Any]) -> np.ndarray:
         # One object per distinct value, and a cap on their total size: the shapes of a real trace
         # repeat every step, while a hostile one could hold a million tiny lists per event.
         out = np.full(len(values), None, object)
-        for i in [i for i, value in enumerate(values) if value is not None]:
-            key = _dumps(values[i])
-            known = self.values.get(key)
-            if known is None:
+        present = [i for i, value in enumerate(values) if value is not None]
+        given = [values[i] for i in present]
+        keys = list(map(_dumps, given))
+        known = self.values
+        for key, value in dict(zip(keys, given, strict=True)).items():  # this batch's distinct values
+            if key not in known:
                 self.distinct_arg_bytes += len(key)
                 if self.distinct_arg_bytes > MAX_DISTINCT_ARG_BYTES:
                     raise TraceError(
                         f"trace: the events' {'/'.join(OBJECT_ARGS)} args hold more than "
                         f"{_mib(MAX_DISTINCT_ARG_BYTES)} of distinct values (the cap)"
                     )
-                self.values[key] = known = values[i]
-            out[i] = known
+                known[key] = value
+        if present:  # fromiter keeps each list one object; np.array would make a 2-D array of equal-length lists
+            out[present] = np.fromiter(map(known.__getitem__, keys), dtype=object, count=len(keys))
         return out
 
-    def _texts(self, column: pd.Series) -> np.ndarray:
-        values = column.to_numpy(object)
-        if isinstance(column.dtype, pd.StringDtype):  # all strings, some missing: the common case
-            values[pd.isna(values)] = ""
-        else:  # numbers, bools, mixed: only strings are names
-            values = np.where(_kinds(values) == _STR, values, "")
-        return self._interned(values)
+    def _texts(self, values: list[Any]) -> np.ndarray:
+        if not set(map(type, values)) <= _PLAIN_TEXTS:  # numbers, bools, lists: only strings are names
+            values = [v if type(v) is str else None for v in values]
+        return self._interned(values, "", str)
 
-    def _lanes(self, column: pd.Series, events: list[dict[str, Any]]) -> np.ndarray:
-        if column.dtype.kind == "i":  # every event has an integer id: the common case
-            codes, uniques = pd.factorize(column.to_numpy())
-            return self._interned(np.array([str(u) for u in uniques], object))[codes]
-        # Read the raw values: pandas turned ints into floats next to a missing one, and 1 and
-        # 1.0 are different lanes, as their text says. A bool or a container is no lane.
-        raw = [e.get(column.name) for e in events]
-        return self._interned(np.array([str(v) if type(v) in _LANE_TYPES else "?" for v in raw], object))
+    def _lanes(self, values: list[Any]) -> np.ndarray:
+        # A lane is its id's text: 1 and 1.0 are different lanes, as their text says. A bool or a
+        # container is no lane ("?").
+        if not set(map(type, values)) <= _PLAIN_LANES:
+            values = [str(v) if type(v) in _LANE_TYPES else None for v in values]
+        return self._interned(values, "?", str)
 
-    def _interned(self, values: np.ndarray) -> np.ndarray:
-        codes, uniques = pd.factorize(values)
-        if not len(uniques):
-            return values
+    def _interned(self, values: list[Any], missing: str, text: Callable[[Any], str]) -> np.ndarray:
+        """`text` of each value, `missing` for None, one string object per distinct text."""
+        codes, uniques = pd.factorize(np.array(values, dtype=object))  # None is -1: the last entry below
         strings = self.strings
-        shared = np.array([strings.setdefault(u, u) for u in uniques], object)
-        return shared[codes]
+        shared = [strings.setdefault(t, t) for t in map(text, uniques.tolist())]
+        table = np.array([*shared, strings.setdefault(missing, missing)], dtype=object)
+        return table[codes]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The columns, trimmed to the rows read; numbers are float64, NaN where missing or not a number."""
         for array in self.data.values():
             array.resize(self.size, refcheck=False)
         return self.data
+
+
+def _field(events: list[dict[str, Any]], key: str) -> list[Any]:
+    return [e.get(key) for e in events]
 
 
 def _arg_values(args: list[dict[str, Any]], key: str) -> list[Any]:
@@ -522,22 +527,23 @@ def _arg_values(args: list[dict[str, Any]], key: str) -> list[Any]:
     return [value if (value := a.get(key)) is not None else a.get(old) for a in args]
 
 
-def _numbers(column: pd.Series) -> np.ndarray:
+def _numbers(values: list[Any]) -> np.ndarray:
     """float64, NaN where missing, not a number (a bool, a string) or infinite."""
-    if column.dtype.kind in "iuf":  # clean numbers, the common case
-        out = column.to_numpy(np.float64, na_value=np.nan, copy=True)
-    else:
-        values = column.to_numpy(object)
-        ok = np.flatnonzero(_kinds(values) >= _INT)
-        out = np.full(len(values), np.nan)
-        out[ok] = [_float(v) for v in values[ok]]
+    out = None
+    if set(map(type, values)) <= _PLAIN_NUMBERS:  # the common case: numbers and None (NaN) only
+        try:
+            out = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer past float64's range
+            out = None
+    if out is None:
+        out = np.array([_float(v) if type(v) is int or type(v) is float else math.nan for v in values], np.float64)
     out[np.isinf(out)] = np.nan
     return out
 
 
-def _times(column: pd.Series) -> np.ndarray:
+def _times(values: list[Any]) -> np.ndarray:
     """Microseconds; NaN past MAX_TIME_US, so `ts + dur` and every difference of times stay finite."""
-    out = _numbers(column)
+    out = _numbers(values)
     out[np.abs(out) > MAX_TIME_US] = np.nan
     return out
 

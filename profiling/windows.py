@@ -8,7 +8,9 @@ level just before it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,29 +36,33 @@ def annotation_windows(trace: Trace, name: str = FORWARD) -> pd.DataFrame:
     return ann[ann["name"] == name].sort_values("ts")
 
 
-def window_of(trace: Trace, windows: pd.DataFrame, across_threads: bool = False) -> np.ndarray:
+def window_of(
+    trace: Trace, windows: pd.DataFrame, across_threads: bool = False, rows: np.ndarray | None = None
+) -> np.ndarray:
     """For each event, the position of the window on its lane that contains it, or -1.
 
     Windows on one lane must not overlap (forwards, profiler steps, one annotation name).
     `across_threads` matches within the whole process instead: GPU work belongs to the window
     that contains its launch on any thread, since the backward pass launches from autograd's
     own thread (the TensorBoard plugin attributes steps the same way).
+    `rows` (event positions) limits the answer to those events, in that order.
     """
     ev = trace.events
-    inside = np.full(len(ev), -1, dtype=np.int64)
+    rows = np.arange(len(ev)) if rows is None else rows
+    inside = np.full(len(rows), -1, dtype=np.int64)
     if windows.empty:
         return inside
     lanes = process_codes(trace) if across_threads else lane_codes(trace)
-    ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
+    ts, end, lanes_of_rows = ev["ts"].to_numpy()[rows], ev["end"].to_numpy()[rows], lanes[rows]
     window_lane = lanes[windows.index.to_numpy()]
     window_start, window_stop = windows["ts"].to_numpy(), windows["end"].to_numpy()
     order = np.argsort(window_start, kind="stable")
     for code in np.unique(window_lane):
         positions = order[window_lane[order] == code]  # this lane's windows, by start time
-        rows = np.flatnonzero(lanes == code)
-        k = np.searchsorted(window_start[positions], ts[rows], side="right") - 1
-        ok = (k >= 0) & (end[rows] <= window_stop[positions][np.clip(k, 0, None)] + 1e-3)
-        inside[rows[ok]] = positions[k[ok]]
+        on_lane = np.flatnonzero(lanes_of_rows == code)
+        k = np.searchsorted(window_start[positions], ts[on_lane], side="right") - 1
+        ok = (k >= 0) & (end[on_lane] <= window_stop[positions][np.clip(k, 0, None)] + 1e-3)
+        inside[on_lane[ok]] = positions[k[ok]]
     return inside
 
 
@@ -157,44 +163,62 @@ STEP_COLUMNS = ["step", "cpu (ms)", "device (ms)", "ops", "gpu activities", "ker
 def per_window(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     """One row per window: CPU ms, device span ms, aten ops, GPU activities and kernel µs it launched.
 
-    Vectorised: one pass over the events for all the (non-overlapping) windows together.
+    Vectorised: one pass for all the (non-overlapping) windows together. Only aten ops and launches
+    are placed in windows, and what each launch caused is found once per trace, not once per name.
     """
-    ev = trace.events
     n = len(windows)
-    where = window_of(trace, windows)
-    gpu = trace.gpu_activity
-    is_kernel = gpu["cat"].eq("kernel").to_numpy()
-    launched = (
-        pd.DataFrame(
-            {
-                "n": 1.0,
-                "kernel_us": np.where(is_kernel, gpu["dur"].to_numpy(), 0.0),
-                "start": gpu["ts"].to_numpy(),
-                "stop": gpu["end"].to_numpy(),
-                "correlation": gpu["correlation"].to_numpy(),
-            }
-        )
-        .groupby("correlation")
-        .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
-    )
-    launched_in = window_of(trace, windows, across_threads=True)
-    launches = ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (launched_in >= 0)
-    work = launched.reindex(ev["correlation"].to_numpy()[launches])
-    w = launched_in[launches]
-    found = work["n"].notna().to_numpy()
-    ops = np.bincount(where[structure(trace).is_aten & (where >= 0)], minlength=n)
-    first = pd.Series(work["start"].to_numpy()[found]).groupby(w[found]).min().reindex(range(n))
-    last = pd.Series(work["stop"].to_numpy()[found]).groupby(w[found]).max().reindex(range(n))
+    aten = _cached(trace, "aten_rows", lambda: np.flatnonzero(structure(trace).is_aten))
+    where = window_of(trace, windows, rows=aten)
+    ops = np.bincount(where[where >= 0], minlength=n)
+    launch_rows, work = _launch_work(trace)
+    launched_in = window_of(trace, windows, across_threads=True, rows=launch_rows)
+    found = work["found"] & (launched_in >= 0)
+    w = launched_in[found]
+    first = pd.Series(work["start"][found]).groupby(w).min().reindex(range(n))
+    last = pd.Series(work["stop"][found]).groupby(w).max().reindex(range(n))
     return pd.DataFrame(
         {
             "name": windows["name"].to_numpy(),
             "cpu_ms": windows["dur"].to_numpy() / 1e3,
             "device_ms": ((last - first) / 1e3).to_numpy(),
             "ops": ops[:n],
-            "gpu": np.bincount(w[found], weights=work["n"].to_numpy()[found], minlength=n)[:n],
-            "kernel_us": np.bincount(w[found], weights=work["kernel_us"].to_numpy()[found], minlength=n)[:n],
+            "gpu": np.bincount(w, weights=work["n"][found], minlength=n)[:n],
+            "kernel_us": np.bincount(w, weights=work["kernel_us"][found], minlength=n)[:n],
         }
     )
+
+
+def _cached(trace: Trace, key: str, make: Callable[[], Any]) -> Any:
+    if key not in trace.cache:
+        trace.cache[key] = make()
+    return trace.cache[key]
+
+
+def _launch_work(trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The launches' rows and, per launch, the GPU work it caused: count, kernel µs, first start, last end."""
+
+    def make() -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        ev, gpu = trace.events, trace.gpu_activity
+        is_kernel = gpu["cat"].eq("kernel").to_numpy()
+        launched = (
+            pd.DataFrame(
+                {
+                    "n": 1.0,
+                    "kernel_us": np.where(is_kernel, gpu["dur"].to_numpy(), 0.0),
+                    "start": gpu["ts"].to_numpy(),
+                    "stop": gpu["end"].to_numpy(),
+                    "correlation": gpu["correlation"].to_numpy(),
+                }
+            )
+            .groupby("correlation")
+            .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
+        )
+        rows = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
+        work = launched.reindex(ev["correlation"].to_numpy()[rows])
+        columns = {name: work[name].to_numpy() for name in ("n", "kernel_us", "start", "stop")}
+        return rows, columns | {"found": work["n"].notna().to_numpy()}
+
+    return _cached(trace, "launch_work", make)
 
 
 def step_table(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
