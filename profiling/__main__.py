@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from attention import BACKENDS, DEVICES, DTYPES, MASKS, MODES, PRESETS, RUN_NAMES, VARIANTS, AttentionSpec, SpecError
+from profiling.progress import TerminalProgress
 from profiling.trace import TraceError
 
 SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
@@ -107,15 +108,12 @@ def _print(summary: Any, as_json: bool) -> None:
         print()
 
 
-def _progress(fraction: float, message: str) -> None:
-    print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-
-
 def _run(args: argparse.Namespace) -> None:
     from profiling.pipeline import profile_attention
 
     spec = spec_from_args(args, variant=args.variant, backend=args.backend)
-    result = profile_attention(spec, trace_dir(args))
+    with TerminalProgress() as progress:
+        result = profile_attention(spec, trace_dir(args), progress)
     _print(dict(result.summary), args.json)
     if not args.json:
         print(f"trace: {result.trace_path}\ntable: {result.table_path}")
@@ -127,7 +125,8 @@ def _run(args: argparse.Namespace) -> None:
 def _compare(args: argparse.Namespace) -> None:
     from profiling.compare import compare, compare_table
 
-    rows = compare(spec_from_args(args), trace_dir(args), progress=_progress)
+    with TerminalProgress() as progress:
+        rows = compare(spec_from_args(args), trace_dir(args), progress=progress)
     if args.json:
         _print(rows, True)
     else:
@@ -139,7 +138,9 @@ def _sweep(args: argparse.Namespace) -> None:
     from profiling.sweep import sweep
 
     runs, seq_lens = parse_runs(args.variants), parse_seq_lens(args.seq_lens)
-    _print(sweep(spec_from_args(args), runs, seq_lens, trace_dir(args), progress=_progress), args.json)
+    with TerminalProgress() as progress:
+        points = sweep(spec_from_args(args), runs, seq_lens, trace_dir(args), progress=progress)
+    _print(points, args.json)
 
 
 def _analyze(args: argparse.Namespace) -> None:
@@ -147,7 +148,8 @@ def _analyze(args: argparse.Namespace) -> None:
 
     if Path(args.trace).is_dir():
         raise UsageError(f"trace: {args.trace} is a directory; give a .json or .json.gz file")
-    analysis = analyze_file(args.trace, progress=_progress)
+    with TerminalProgress() as progress:
+        analysis = analyze_file(args.trace, progress=progress)
     _print(dict(analysis.summary), args.json)
     if not args.json and len(analysis.kernel_table):
         columns = ["name", "count", "total (us)", "meaning"]

@@ -98,6 +98,13 @@ def with_breakdown(steps: pd.DataFrame, per_step: pd.DataFrame) -> pd.DataFrame:
     return steps.merge(per_step, on="step", how="left")
 
 
+READ_SHARE = 0.6  # of a file's analysis progress: streaming it; the analysis takes the rest
+
+
 def analyze_file(path: str | Path, progress: Progress | None = None) -> Analysis:
-    """Load and analyze a `.json` or `.json.gz` trace. Raises TraceError for a bad file."""
-    return analyze(load_trace(path), progress=progress)
+    """Load and analyze a `.json` or `.json.gz` trace. Raises TraceError for a bad file.
+
+    `progress` hears the bytes read, up to READ_SHARE of the way, then the analysis's stages."""
+    report = progress or (lambda fraction, message: None)
+    trace = load_trace(path, lambda f, m: report(READ_SHARE * f, m))
+    return analyze(trace, progress=lambda f, m: report(READ_SHARE + (1 - READ_SHARE) * f, m))

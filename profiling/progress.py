@@ -6,6 +6,7 @@ hands it to `load_trace` and the analysis as the app hands them `gr.Progress`.
 
 from __future__ import annotations
 
+import os
 import sys
 from types import TracebackType
 from typing import Any, TextIO
@@ -16,6 +17,16 @@ except ImportError:  # pragma: no cover - exercised by the stdlib test through `
     tqdm = None
 
 STEPS = 1000  # the bar's resolution: 0.1%
+DEFAULT_SIZE = os.terminal_size((80, 24))  # for a terminal that reports none (a pty nobody sized)
+
+
+def _size(stream: TextIO) -> os.terminal_size:
+    """The terminal's size; tqdm draws nothing at all on one that reports 0 rows or columns."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_SIZE
+    return os.terminal_size((size.columns or DEFAULT_SIZE.columns, size.lines or DEFAULT_SIZE.lines))
 
 
 class TerminalProgress:
@@ -34,7 +45,14 @@ class TerminalProgress:
         fraction = min(max(fraction, 0.0), 1.0)
         if self.use_tqdm:
             if self.bar is None:
-                self.bar = tqdm(total=STEPS, file=self.stream, leave=False, bar_format="{l_bar}{bar}| {elapsed}")
+                self.bar = tqdm(
+                    total=STEPS,
+                    file=self.stream,
+                    leave=False,
+                    ncols=_size(self.stream).columns,
+                    nrows=_size(self.stream).lines,
+                    bar_format="{l_bar}{bar}| {elapsed}",
+                )
             self.bar.n = round(fraction * STEPS)
             self.bar.set_description_str(message, refresh=False)
             self.bar.refresh()

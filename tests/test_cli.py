@@ -78,3 +78,37 @@ def test_sweep_and_compare_print_tables(tmp_path):
     assert [r["seq_len"] for r in json.loads(out.stdout)] == [32, 64, 32, 64]
     out = cli("compare", "--device", "cpu", "--seq-len", "32", "--trace-dir", str(tmp_path))
     assert out.returncode == 0 and "sdpa-cudnn" in out.stdout and "naive" in out.stdout
+
+
+def test_progress_is_drawn_on_a_terminal_and_silent_off_one():
+    import os
+    import pty
+
+    trace = str(DATA / "sampled_training_rank0.json.gz")
+    quiet = cli("analyze", trace, "--json")
+    assert quiet.returncode == 0 and quiet.stderr == ""  # piped: nothing but the result
+    leader, follower = pty.openpty()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "profiling", "analyze", trace, "--json"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=follower,
+        )  # fmt: skip
+        os.close(follower)  # the child holds it now: its exit closes the terminal
+        drawn = b""
+        while chunk := _read_or_none(leader):  # read as it is drawn: a full terminal would block the child
+            drawn += chunk
+        stdout, _ = child.communicate(timeout=300)
+    finally:
+        os.close(leader)
+    done = subprocess.CompletedProcess(child.args, child.returncode, stdout)
+    assert done.returncode == 0 and json.loads(done.stdout) == json.loads(quiet.stdout)
+    assert b"reading the trace" in drawn and b"finding insights" in drawn  # the reader's bytes, then the stages
+
+
+def _read_or_none(fd):
+    import os
+
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # the terminal closed
+        return None
