@@ -164,7 +164,9 @@ def _hostile_trace(path):
     return path
 
 
-def test_trace_names_are_never_markup(page, tmp_path):
+def test_trace_names_are_never_markup(page, app_url, tmp_path):
+    page.goto(app_url, wait_until="domcontentloaded")  # a fresh page: an earlier test left a file in the upload
+    page.get_by_role("button", name="Profile", exact=True).wait_for(timeout=60_000)
     requests = []
     page.on("request", lambda request: requests.append(request.url))
     page.get_by_role("tab", name="Analyze a trace").click()
@@ -175,7 +177,9 @@ def test_trace_names_are_never_markup(page, tmp_path):
     insights.get_by_text("Hidden copy").first.wait_for(timeout=60_000)
     page.wait_for_timeout(1_000)  # let the tables and the plot render too
     text = insights.inner_text()
-    assert "Open in Perfetto](javascript:" in text and "<img" in text  # shown, as characters
+    assert HOSTILE["img"] in text and "<svg><a href=" in text  # shown in the insights, as characters
+    body = page.locator("body").inner_text()
+    assert HOSTILE["link"] in body  # the op that launched a kernel, in the kernel table: text, not a link
     assert page.locator("img[src*='pixel.png']").count() == 0
     assert page.locator("a[href^='javascript']").count() == 0
     assert page.locator("svg a").count() == 0 or all(
