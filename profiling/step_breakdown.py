@@ -59,7 +59,8 @@ def where_value(trace: Trace, column: str, predicate: Callable[[str], bool]) -> 
     """
     key = f"factorized:{column}"
     if key not in trace.cache:
-        trace.cache[key] = pd.factorize(trace.complete[column])
+        codes, uniques = pd.factorize(trace.complete_column(column))
+        trace.cache[key] = codes.astype(np.int32), uniques  # a few thousand distinct values: int32 halves it
     codes, uniques = trace.cache[key]
     flags = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
     return np.append(flags, False)[codes]  # code -1 (missing) reads the appended False
@@ -76,20 +77,19 @@ def is_step_name(name: str) -> bool:
 def profiler_steps(trace: Trace) -> pd.DataFrame:
     """The host-side `ProfilerStep#N` spans, in time order (a step recorded twice counts once)."""
     mask = in_categories(trace, "user_annotation", "cpu_op") & where_value(trace, "name", is_step_name)
-    steps = trace.complete[mask]
+    steps = trace.events.iloc[trace.complete_rows[mask]]
     return steps.drop_duplicates(["name", "ts"]).sort_values("ts", kind="stable")
 
 
 def launch_spans(trace: Trace, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of the host launch with each correlation id (the first one), NaN where none."""
-    ev = trace.complete
-    mask = in_categories(trace, *LAUNCH_CATEGORIES) & ev["correlation"].notna().to_numpy()
-    ids = ev["correlation"].to_numpy()[mask]
-    ids, first = np.unique(ids, return_index=True)
+    ids = trace.complete_column("correlation")
+    mask = in_categories(trace, *LAUNCH_CATEGORIES) & ~np.isnan(ids)
+    ids, first = np.unique(ids[mask], return_index=True)
     at = pd.Index(ids).get_indexer(correlation)
     # A sentinel NaN stands for "no launch found" (get_indexer's -1).
-    starts = np.append(ev["ts"].to_numpy()[mask][first], np.nan)
-    ends = np.append(ev["end"].to_numpy()[mask][first], np.nan)
+    starts = np.append(trace.complete_column("ts")[mask][first], np.nan)
+    ends = np.append(trace.complete_column("end")[mask][first], np.nan)
     return starts[at], ends[at]
 
 
@@ -188,10 +188,9 @@ def steps_span(trace: Trace) -> tuple[float, float] | None:
     steps = adjusted_steps(trace)
     if len(steps):
         return float(steps["start"].iloc[0]), float(steps["end"].iloc[-1])
-    ev = trace.complete
-    if ev.empty:
+    if not len(trace.complete_rows):
         return None
-    return float(ev["ts"].min()), float(ev["end"].max())
+    return float(trace.complete_column("ts").min()), float(trace.complete_column("end").max())
 
 
 def _is_dataloader(name: str) -> bool:
@@ -202,14 +201,14 @@ def _is_dataloader(name: str) -> bool:
 
 def _role_masks(trace: Trace) -> dict[str, np.ndarray]:
     """StepParser._parse_step: which complete events play which role."""
-    ev = trace.complete
     cpu = in_categories(trace, *CPU_CATEGORIES) & ~where_value(trace, "name", is_step_name)
     dataloader = in_categories(trace, "cpu_op", "user_annotation") & where_value(trace, "name", _is_dataloader)
     communication_ops = cpu & ~dataloader & where_value(trace, "name", COMMUNICATION_OPS.__contains__)
-    op_ids = ev["external_id"].to_numpy()[communication_ops]
+    external_id = trace.complete_column("external_id")
+    op_ids = external_id[communication_ops]
     is_kernel = in_categories(trace, "kernel")
     by_name = where_value(trace, "name", lambda n: "nccl" in n.lower())
-    nccl_kernel = is_kernel & (by_name | ev["external_id"].isin(op_ids[~np.isnan(op_ids)]).to_numpy())
+    nccl_kernel = is_kernel & (by_name | pd.Series(external_id).isin(op_ids[~np.isnan(op_ids)]).to_numpy())
     return {
         "kernel": is_kernel & ~nccl_kernel,
         "memcpy": in_categories(trace, "gpu_memcpy"),
@@ -223,8 +222,7 @@ def _role_masks(trace: Trace) -> dict[str, np.ndarray]:
 
 def exclusive_roles(trace: Trace) -> dict[str, iv.Intervals]:
     """Each role's busy time minus every higher-priority role's (create_from_range)."""
-    ev = trace.complete
-    ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
+    ts, end = trace.complete_column("ts"), trace.complete_column("end")
     taken, out = iv.empty(), {}
     for role, mask in _role_masks(trace).items():
         busy = iv.union(ts[mask], end[mask])

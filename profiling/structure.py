@@ -5,7 +5,7 @@ Computed once per trace and cached on it, since every table and window reads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -45,8 +45,16 @@ def metadata_ops(events: pd.DataFrame) -> np.ndarray:
 
 
 def lanes_of(events: pd.DataFrame) -> np.ndarray:
-    """An integer per (pid, tid) lane for each event."""
-    return pd.factorize(events["pid"] + "/" + events["tid"])[0]
+    """An integer per (pid, tid) lane for each event, numbered in order of first appearance.
+
+    The pair's codes are combined as integers: joining the texts (`pid + "/" + tid`) made a new
+    string per event, gigabytes on a big trace, and merged lanes like ("1/2", "3") and ("1", "2/3").
+    """
+    pid = pd.factorize(events["pid"].to_numpy())[0].astype(np.int64)
+    tid = pd.factorize(events["tid"].to_numpy())[0].astype(np.int64)
+    if len(pid) and min(pid.min(), tid.min()) < 0:  # a missing id (not from our reader): as before
+        return pd.factorize(events["pid"] + "/" + events["tid"])[0]
+    return pd.factorize(pid * (int(tid.max(initial=0)) + 1) + tid)[0]
 
 
 def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -65,19 +73,34 @@ def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndar
     # Parents before children: by lane, then start, then the longer first.
     order = np.lexsort((-(end - ts), ts, lanes))
     # Python floats and ints from lists: indexing numpy arrays per element costs 3x the loop itself.
-    sorted_rows = rows[order]
-    depth_sorted, parent_sorted = _walk(
-        lanes[order].tolist(), ts[order].tolist(), end[order].tolist(), sorted_rows.tolist()
-    )
-    depth[sorted_rows], parent[sorted_rows] = depth_sorted, parent_sorted
+    # Converted a block at a time: lists of a whole big trace would take ~100 bytes per event.
+    sorted_rows, state = rows[order], _WalkState()
+    for at in range(0, len(order), WALK_BLOCK):
+        block = slice(at, at + WALK_BLOCK)
+        picked = order[block]
+        depth[sorted_rows[block]], parent[sorted_rows[block]] = _walk(
+            lanes[picked].tolist(), ts[picked].tolist(), end[picked].tolist(), sorted_rows[block].tolist(), state
+        )
     return depth, parent
 
 
-def _walk(lanes: list[int], starts: list[float], stops: list[float], rows: list[int]) -> tuple[list[int], list[int]]:
+WALK_BLOCK = 1 << 18
+
+
+@dataclass
+class _WalkState:
+    """Where a nesting walk stands between blocks: the lane it is on and its open events."""
+
+    lane: int | None = None
+    stack: list[tuple[float, int]] = field(default_factory=list)
+
+
+def _walk(
+    lanes: list[int], starts: list[float], stops: list[float], rows: list[int], state: _WalkState
+) -> tuple[list[int], list[int]]:
     """Depth and parent row of each event, given in nesting order (by lane, start, longer first)."""
     depths, parents = [0] * len(rows), [-1] * len(rows)
-    stack: list[tuple[float, int]] = []
-    lane_now = None
+    stack, lane_now = state.stack, state.lane
     for i, (lane, start, stop, row) in enumerate(zip(lanes, starts, stops, rows, strict=True)):
         if lane != lane_now:
             lane_now, stack = lane, []
@@ -88,6 +111,7 @@ def _walk(lanes: list[int], starts: list[float], stops: list[float], rows: list[
         parents[i] = stack[-1][1] if stack else -1
         if stop >= start:
             stack.append((stop, row))
+    state.stack, state.lane = stack, lane_now
     return depths, parents
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from profiling.reader import (
@@ -92,7 +93,7 @@ class Trace:
     source: str = "trace"
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # derived structures, computed once
 
-    def _cached(self, key: str, make: Any) -> pd.DataFrame:
+    def _cached(self, key: str, make: Any) -> Any:
         if key not in self.cache:
             self.cache[key] = make()
         return self.cache[key]
@@ -102,16 +103,39 @@ class Trace:
 
     @property
     def complete(self) -> pd.DataFrame:
-        """Duration ("X") events: the ones with a start and an end."""
-        return self._cached("complete", lambda: self.events[self.events["ph"] == "X"])
+        """Duration ("X") events: the ones with a start and an end.
+
+        A copy of nearly every row: the analysis reads `complete_rows` and `complete_column`
+        instead, and the views below select from `events` directly, so it is made only on demand.
+        """
+        return self._cached("complete", lambda: self.events.iloc[self.complete_rows])
+
+    @property
+    def complete_rows(self) -> np.ndarray:
+        """Positions in `events` of the duration ("X") events, ascending."""
+        return self._cached("complete_rows", lambda: np.flatnonzero(self.events["ph"].to_numpy() == "X"))
+
+    def complete_column(self, name: str) -> np.ndarray:
+        """One column of `complete` as an array (the other columns are not copied).
+
+        Only `cat` is kept, as every view below reads it; others are gathered again when asked (a
+        few ms), so that a big trace does not hold a copy of each column the analysis once read.
+        """
+        if name == "cat":
+            return self._cached("complete:cat", lambda: self.events["cat"].to_numpy()[self.complete_rows])
+        return self.events[name].to_numpy()[self.complete_rows]
+
+    def _complete_where(self, categories: tuple[str, ...]) -> pd.DataFrame:
+        rows = self.complete_rows
+        return self.events.iloc[rows[np.isin(self.complete_column("cat"), categories)]]
 
     @property
     def gpu_activity(self) -> pd.DataFrame:
-        return self._cached("gpu", lambda: self.complete[self.complete["cat"].isin(GPU_ACTIVITY)])
+        return self._cached("gpu", lambda: self._complete_where(GPU_ACTIVITY))
 
     @property
     def kernels(self) -> pd.DataFrame:
-        return self._cached("kernels", lambda: self.complete[self.complete["cat"] == "kernel"])
+        return self._cached("kernels", lambda: self._complete_where(("kernel",)))
 
     @property
     def devices(self) -> list[str]:

@@ -25,8 +25,8 @@ WHOLE_TRACE = "(whole trace)"
 def annotations(trace: Trace) -> pd.DataFrame:
     """Every CPU-side `user_annotation` duration event (cached: analyses ask many times)."""
     if "annotations" not in trace.cache:
-        ev = trace.complete
-        trace.cache["annotations"] = ev[ev["cat"] == "user_annotation"]
+        rows = trace.complete_rows[trace.complete_column("cat") == "user_annotation"]
+        trace.cache["annotations"] = trace.events.iloc[rows]
     return trace.cache["annotations"]
 
 
@@ -119,15 +119,17 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         (device == "cuda") if device else bool(len(trace.gpu_activity) or len(trace.of_category(*LAUNCH_CATEGORIES)))
     )
 
-    inside = s.is_aten & (where >= 0)
-    parent_name = np.where(s.parent >= 0, ev["name"].to_numpy()[np.clip(s.parent, 0, None)], "")
-    ops = ev[inside].assign(
-        window=where[inside], depth=s.depth[inside], parent=parent_name[inside], compute=s.compute[inside]
+    inside = np.flatnonzero(s.is_aten & (where >= 0))
+    parents = s.parent[inside]
+    parent_name = np.where(parents >= 0, ev["name"].to_numpy()[np.clip(parents, 0, None)], "")
+    ops = ev.iloc[inside].assign(
+        window=where[inside], depth=s.depth[inside], parent=parent_name, compute=s.compute[inside]
     )
 
     launched_in = window_of(trace, windows, across_threads=True) if name is not None else where
-    launches = ev[ev["cat"].isin(LAUNCH_CATEGORIES) & (launched_in >= 0)]
-    launch_window = pd.Series(launched_in[launches.index], index=launches["correlation"].to_numpy())
+    # Positions, not a copy of the launch rows: a quarter of a big trace's events are launches.
+    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (launched_in >= 0))
+    launch_window = pd.Series(launched_in[launches], index=ev["correlation"].to_numpy()[launches])
     launch_window = launch_window[~launch_window.index.duplicated()]
     gpu = trace.gpu_activity
     if name is not None:
