@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import json
 import os
 import subprocess
@@ -119,6 +118,7 @@ HEADER = (
     ("ours s", 8),
     ("events/s", 10),
     ("vs 1x", 7),
+    ("marginal", 10),
     ("peak MiB", 9),
     ("peak/JSON", 10),
     ("draw s", 8),
@@ -130,13 +130,20 @@ HEADER = (
 )
 
 
-def row_cells(copies: int, events: int, json_bytes: int, gz_bytes: int, us: Any, hta: Any, base_rate: float) -> list:
+def row_cells(
+    copies: int, events: int, json_bytes: int, gz_bytes: int, us: Any, hta: Any, base: tuple[int, float]
+) -> list:
+    """One row; `base` is the smallest size's (events, seconds), for the ratio and the marginal rate."""
     cells: list[str] = [f"{copies}x", f"{events:,}", f"{json_bytes / MiB:,.0f}", f"{gz_bytes / MiB:,.1f}"]
     if isinstance(us, str):
-        cells += [us] + [""] * 6
+        cells += [us] + [""] * 7
     else:
         rate, grown = events / us["seconds"], us["peak_mib"] - us["baseline_mib"]
-        cells += [f"{us['seconds']:.1f}", f"{rate:,.0f}", f"{rate / base_rate:.2f}", f"{grown:,.0f}"]
+        # Events per extra second beyond the smallest size: flat when time is fixed cost + linear.
+        extra = us["seconds"] - base[1]
+        marginal = f"{(events - base[0]) / extra:,.0f}" if events > base[0] and extra > 0 else "-"
+        cells += [f"{us['seconds']:.1f}", f"{rate:,.0f}", f"{rate / (base[0] / base[1]):.2f}", marginal]
+        cells += [f"{grown:,.0f}"]
         cells += [f"{grown * MiB / json_bytes:.2f}", f"{us['draw_s']:.1f}", f"{us['figure_bytes'] / 1024:,.0f}"]
     if isinstance(hta, str):
         cells += [hta]
@@ -148,7 +155,7 @@ def row_cells(copies: int, events: int, json_bytes: int, gz_bytes: int, us: Any,
 
 
 def print_row(cells: list[str]) -> None:
-    line = "".join(f"{c:>{w}}" for c, (_, w) in zip(cells, HEADER, strict=False))
+    line = "".join(f"{c:>{w}}" if len(c) < w else f"  {c}" for c, (_, w) in zip(cells, HEADER, strict=False))
     print(line + "".join(f"  {c}" for c in cells[len(HEADER) :]), flush=True)
 
 
@@ -173,7 +180,8 @@ def run(args: argparse.Namespace) -> None:
     from bench.hta import hta_timing_command
     from bench.synthetic import replicate
 
-    copy_bytes = len(gzip.decompress(args.source.read_bytes()))
+    with tempfile.TemporaryDirectory() as folder:  # one copy as the replica writes it (compact JSON)
+        copy_bytes = replicate(args.source, 1, Path(folder) / "one.json.gz")[1]
     plan = sizes(args.sizes, args.max_gib, copy_bytes)
     print(
         f"{args.source.name} replicated {', '.join(f'{n}x' for n in plan)}; {time.strftime('%Y-%m-%d')}, "
@@ -181,7 +189,7 @@ def run(args: argparse.Namespace) -> None:
     )
     print("".join(f"{h:>{w}}" for h, w in HEADER), flush=True)
     hta_stopped: str | None = "not run (--no-hta)" if args.no_hta else None
-    base_rate = 0.0
+    base: tuple[int, float] | None = None
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     with contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory() as folder:
@@ -189,15 +197,15 @@ def run(args: argparse.Namespace) -> None:
             path = Path(folder) / f"{args.source.name.split('.')[0]}_{copies}x.json.gz"
             events, json_bytes = replicate(args.source, copies, path)
             us = ours(path)
-            if not base_rate and not isinstance(us, str):
-                base_rate = events / us["seconds"]
+            if base is None and not isinstance(us, str):
+                base = (events, us["seconds"])
             hta: Any = hta_stopped
             if hta is None:
                 limit = args.hta_limit_gib * GiB
                 hta = watched(hta_timing_command(path), limit, args.hta_timeout_s)
                 if isinstance(hta, str):
                     hta_stopped = f"stopped: at {copies}x HTA was {hta}"
-            print_row(row_cells(copies, events, json_bytes, path.stat().st_size, us, hta, base_rate or 1.0))
+            print_row(row_cells(copies, events, json_bytes, path.stat().st_size, us, hta, base or (events, 1.0)))
             if not args.keep:
                 path.unlink()
 
