@@ -10,8 +10,11 @@ import pandas as pd
 from profiling.compare import forward_ms
 
 DIFF_COLUMNS = ["kind", "name", "before", "after", "change", "status"]
-COUNT_KEYS = ("per_forward_ops", "per_forward_kernels")
-TOTAL_KEYS = ("kernels_per_forward", "ops_per_forward", "peak_memory_bytes", "copied_bytes_per_forward")
+COUNT_KEYS = ("per_forward_ops", "per_forward_kernels", "per_backward_kernels")  # the last null in inference
+TOTAL_KEYS = (
+    *("kernels_per_forward", "ops_per_forward", "peak_memory_bytes", "copied_bytes_per_forward"),
+    *("kernels_per_backward", "saved_for_backward_bytes", "backward_device_ms", "backward_cpu_ms"),
+)
 DIGITS = 4
 
 
@@ -28,7 +31,7 @@ def check_summary(field: str, summary: Any) -> dict[str, Any]:
     if not isinstance(summary, dict) or "per_forward_ops" not in summary:
         raise DiffError(f"{field}: give a summary returned by /profile or /compare")
     for key in COUNT_KEYS:
-        counts = summary.get(key, {})
+        counts = summary.get(key) or {}
         if not isinstance(counts, dict) or not all(isinstance(k, str) and _number(v) for k, v in counts.items()):
             raise DiffError(f"{field}: {key} must map names to finite numbers")
     for key in TOTAL_KEYS:
@@ -49,11 +52,15 @@ def _rows(kind: str, before: dict[str, float], after: dict[str, float]) -> list[
 
 
 def diff_summaries(before: dict[str, Any], after: dict[str, Any]) -> pd.DataFrame:
-    """Rows for each op/kernel whose per-forward count changed, then time, memory and copies."""
+    """Rows for each op/kernel whose count per forward (or per backward, in training) changed, then
+    time, memory and copies."""
     before, after = check_summary("before", before), check_summary("after", after)
     kernel_kind = "kernel" if before.get("device") == "cuda" else "compute op"
     rows = _rows("op", before.get("per_forward_ops", {}), after.get("per_forward_ops", {}))
     rows += _rows(kernel_kind, before.get("per_forward_kernels", {}), after.get("per_forward_kernels", {}))
+    rows += _rows(
+        f"backward {kernel_kind}", before.get("per_backward_kernels") or {}, after.get("per_backward_kernels") or {}
+    )
     totals = [
         ("kernels per forward", before.get("kernels_per_forward"), after.get("kernels_per_forward")),
         ("ops per forward", before.get("ops_per_forward"), after.get("ops_per_forward")),
@@ -64,6 +71,9 @@ def diff_summaries(before: dict[str, Any], after: dict[str, Any]) -> pd.DataFram
             before.get("copied_bytes_per_forward", 0),
             after.get("copied_bytes_per_forward", 0),
         ),
+        ("kernels per backward", before.get("kernels_per_backward"), after.get("kernels_per_backward")),
+        ("backward time (ms)", _backward_time(before), _backward_time(after)),
+        ("saved for backward (bytes)", before.get("saved_for_backward_bytes"), after.get("saved_for_backward_bytes")),
     ]
     for name, a, b in totals:
         if a is None or b is None:
@@ -74,4 +84,10 @@ def diff_summaries(before: dict[str, Any], after: dict[str, Any]) -> pd.DataFram
 
 def _time(summary: dict[str, Any]) -> float | None:
     ms = forward_ms(summary)
+    return ms if _number(ms) else None
+
+
+def _backward_time(summary: dict[str, Any]) -> float | None:
+    """The backward's time where it runs: device time on a GPU, else the profiled CPU time (null in inference)."""
+    ms = summary.get("backward_device_ms") or summary.get("backward_cpu_ms")
     return ms if _number(ms) else None

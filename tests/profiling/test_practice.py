@@ -167,3 +167,23 @@ def test_wrong_alignment_on_an_uploaded_trace():
     assert found["wrong_alignment"].evidence["keys_missed_by_last_query"] == 240
     event["args"]["Concrete Inputs"][5] = "False"
     assert "wrong_alignment" not in {i.rule for i in analyze(parse_trace(json.dumps([event]).encode())).insights}
+
+
+def test_diff_covers_the_backward(runs):
+    from profiling.diff import diff_summaries
+
+    naive, flash = runs["naive-train"].summary, runs["flash-train"].summary
+    diff = diff_summaries(naive, flash)
+    backward = diff[diff["kind"] == "backward compute op"]
+    for name in set(naive["per_backward_kernels"]) | set(flash["per_backward_kernels"]):
+        a, b = naive["per_backward_kernels"].get(name, 0.0), flash["per_backward_kernels"].get(name, 0.0)
+        rows = backward[backward["name"] == name]
+        assert (len(rows) == 0) if a == b else (rows.iloc[0]["change"] == pytest.approx(b - a, abs=1e-3))
+    totals = diff[diff["kind"] == "total"].set_index("name")["change"]
+    saved = flash["saved_for_backward_bytes"] - naive["saved_for_backward_bytes"]
+    assert totals["saved for backward (bytes)"] == saved < 0  # flash keeps no probabilities
+    assert totals["kernels per backward"] == flash["kernels_per_backward"] - naive["kernels_per_backward"]
+    inference = diff_summaries(runs["naive-gqa"].summary, runs["flash-gqa"].summary)
+    assert not inference["kind"].str.startswith("backward").any() and "kernels per backward" not in set(
+        inference["name"]
+    )
