@@ -2,7 +2,7 @@
 
     python bench/parse_scale.py                          # 1x 4x 16x 64x 256x and ~1 GiB of JSON
     python bench/parse_scale.py --sizes 1,4 --max-gib 0.05 --no-hta    # a quick run
-    python bench/parse_scale.py --source PATH.json.gz --hta-max-gib 0.5
+    python bench/parse_scale.py --source PATH.json.gz --hta-timeout-s 120 --keep /tmp/replicas
 
 Each size is `bench.synthetic.replicate` of the source (times, correlation/External/flow ids and
 step numbers shifted per copy), written gzipped. For each size, in fresh child processes:
@@ -10,10 +10,11 @@ step numbers shifted per copy), written gzipped. For each size, in fresh child p
   figures /analyze draws (timeline and steps chart, serialised as Gradio sends them);
 - HTA 0.5.0 (its own venv, see bench/hta.py): `TraceAnalysis` load + kernel breakdown + temporal
   breakdown of the same gzip.
-Seconds exclude the interpreter's start and imports. Peak RSS is VmHWM from /proc/self/status
-after the work minus VmHWM after the imports (ours: measured before drawing, so it is the analysis
-alone; the `draw` columns say what drawing adds). HTA sizes stop after one that passes
---hta-limit-gib of RSS or --hta-timeout-s, and the table says so.
+Seconds (wall, and the child's CPU time: the machine may be shared) exclude the interpreter's
+start and imports. Peak RSS is VmHWM from /proc/self/status after the work minus VmHWM after the
+imports (ours: read before drawing, so it is the analysis alone; `draw s` and `fig KiB` are the
+drawing's). HTA sizes stop after one that passes --hta-limit-gib of RSS or --hta-timeout-s, and
+the table says so. `marginal` is events per second beyond 1x: flat when time is linear.
 """
 
 from __future__ import annotations
@@ -51,14 +52,14 @@ def child_ours(path: str) -> None:
     from profiling.charts import timeline, window_chart
 
     baseline = _peak_mib()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     analysis = analyze_file(path)
-    analysed = time.perf_counter()
+    analysed, cpu = time.perf_counter(), time.process_time() - cpu
     peak = _peak_mib()
     figures = (timeline(analysis), window_chart(analysis.steps))
     figure_bytes = sum(len(f.to_json()) for f in figures)  # Gradio sends each figure as plotly JSON
     drawn = time.perf_counter()
-    result = {"seconds": analysed - start, "draw_s": drawn - analysed, "figure_bytes": figure_bytes}
+    result = {"seconds": analysed - start, "cpu_s": cpu, "draw_s": drawn - analysed, "figure_bytes": figure_bytes}
     result |= {"events": len(analysis.trace.events), "baseline_mib": baseline, "peak_mib": peak}
     print(json.dumps(result | {"peak_with_draw_mib": _peak_mib()}))
 
@@ -116,6 +117,7 @@ HEADER = (
     ("JSON MiB", 10),
     ("gzip MiB", 9),
     ("ours s", 8),
+    ("CPU s", 7),
     ("events/s", 10),
     ("vs 1x", 7),
     ("marginal", 10),
@@ -124,6 +126,7 @@ HEADER = (
     ("draw s", 8),
     ("fig KiB", 8),
     ("HTA s", 8),
+    ("CPU s", 7),
     ("HTA peak", 9),
     ("HTA/ours s", 11),
     ("HTA/ours peak", 14),
@@ -136,20 +139,21 @@ def row_cells(
     """One row; `base` is the smallest size's (events, seconds), for the ratio and the marginal rate."""
     cells: list[str] = [f"{copies}x", f"{events:,}", f"{json_bytes / MiB:,.0f}", f"{gz_bytes / MiB:,.1f}"]
     if isinstance(us, str):
-        cells += [us] + [""] * 7
+        cells += [us] + [""] * 8
     else:
         rate, grown = events / us["seconds"], us["peak_mib"] - us["baseline_mib"]
         # Events per extra second beyond the smallest size: flat when time is fixed cost + linear.
         extra = us["seconds"] - base[1]
         marginal = f"{(events - base[0]) / extra:,.0f}" if events > base[0] and extra > 0 else "-"
-        cells += [f"{us['seconds']:.1f}", f"{rate:,.0f}", f"{rate / (base[0] / base[1]):.2f}", marginal]
-        cells += [f"{grown:,.0f}"]
+        cells += [f"{us['seconds']:.1f}", f"{us['cpu_s']:.1f}", f"{rate:,.0f}", f"{rate / (base[0] / base[1]):.2f}"]
+        cells += [marginal, f"{grown:,.0f}"]
         cells += [f"{grown * MiB / json_bytes:.2f}", f"{us['draw_s']:.1f}", f"{us['figure_bytes'] / 1024:,.0f}"]
     if isinstance(hta, str):
         cells += [hta]
     elif not isinstance(us, str):
         hta_grown = hta["peak_mib"] - hta["baseline_mib"]
-        cells += [f"{hta['seconds']:.1f}", f"{hta_grown:,.0f}", f"{hta['seconds'] / us['seconds']:.1f}"]
+        cells += [f"{hta['seconds']:.1f}", f"{hta['cpu_s']:.1f}", f"{hta_grown:,.0f}"]
+        cells += [f"{hta['seconds'] / us['seconds']:.1f}"]
         cells += [f"{hta_grown / (us['peak_mib'] - us['baseline_mib']):.1f}"]
     return cells
 

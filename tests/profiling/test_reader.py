@@ -304,6 +304,32 @@ def test_lanes_keep_their_text_next_to_missing_and_odd_ones():
     assert list(trace.events["pid"]) == [_lane(p) for p in pids] == ["1", "?", "1.0", "?", "stream 7", "?"]
 
 
+ODD_VALUES = {
+    "ts": [True, "5", 2**70, 1e300 * 10, -(2**63)],
+    "pid": [True, 1.0, "1/2", [1], {"a": 1}, 2**62],
+    "name": [7, None, ["aten::mm"], True],
+    "args": [{"correlation": True}, {"External id": None, "external id": 9}, {"grid": [1, 1]}, [1]],
+}
+
+
+@pytest.mark.parametrize("field", sorted(ODD_VALUES))
+def test_one_odd_value_in_a_batch_of_plain_ones(field):
+    """Each field is read a batch at a time, by numpy when every value is plain and value by value
+    when one is not: a batch with one odd value must still match the reference reader everywhere."""
+    plain = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.5, "dur": 2, "pid": 1, "tid": "7"}
+    plain["args"] = {"correlation": 3, "External id": 4, "Input Dims": [[2, 3], [3, 4]], "grid": [1, 2, 3]}
+    events = [dict(plain, ts=float(i)) for i in range(50)]
+    for i, value in enumerate(ODD_VALUES[field]):
+        events[5 * i + 1][field] = value
+    document = {"traceEvents": events}
+    expected, skipped = reference_rows(json.loads(json.dumps(document, default=str).replace("Infinity", "1e999")))
+    trace = parse_trace(json.dumps(document, default=str).replace("Infinity", "1e999").encode())
+    assert trace.skipped == skipped and len(trace.events) == len(expected)
+    for i, (want, have) in enumerate(zip(expected, trace.events.to_dict(orient="records"), strict=True)):
+        wrong = {k: (want[k], have[k]) for k in want if not _same(have[k], want[k])}
+        assert not wrong, f"event {i}: {wrong}"
+
+
 def test_the_stdlib_fallback_reads_every_trace_the_same():
     # A child without orjson (as on a bare torch install) runs this file's reference checks.
     checks = "every_field or same_table or deep_nesting or lanes or nanosecond"
