@@ -122,7 +122,7 @@ class Structure:
     depth: np.ndarray
     parent: np.ndarray
     is_aten: np.ndarray
-    compute: np.ndarray  # leaf compute ops (DESIGN.md's CPU kernel count)
+    compute: np.ndarray  # leaf compute ops (the README's CPU kernel count)
 
 
 def structure(trace: Trace) -> Structure:
@@ -141,11 +141,19 @@ def structure(trace: Trace) -> Structure:
 
 
 def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Each node's value plus all of its descendants' (deepest level first)."""
+    """Each node's value plus all of its descendants' (deepest level first).
+
+    The nodes are grouped by level once: a scan of the whole array per level cost O(events x depth),
+    minutes on a hostile trace of identical intervals nested 100,000 deep.
+    """
     total = values.astype(np.float64).copy()
-    for level in range(int(depth.max(initial=0)), 0, -1):
-        nodes = np.flatnonzero((depth == level) & (parent >= 0))
-        np.add.at(total, parent[nodes], total[nodes])
+    children = np.flatnonzero(parent >= 0)
+    children = children[np.argsort(-depth[children], kind="stable")]  # deepest first
+    if not len(children):
+        return total
+    cuts = np.flatnonzero(np.diff(depth[children])) + 1
+    for level in np.split(children, cuts):
+        np.add.at(total, parent[level], total[level])
     return total
 
 

@@ -1,6 +1,6 @@
 """Windows: the spans of one annotation (a forward is one `attn_fwd` window) and what ran in them.
 
-Definitions (DESIGN.md): `ops_per_forward` counts every `aten::` op inside the forward windows;
+Definitions (the README's): `ops_per_forward` counts every `aten::` op inside the forward windows;
 `kernels_per_forward` counts the GPU activity their launches caused on CUDA, and the leaf
 compute ops on CPU; `peak_memory_bytes` is the highest allocation inside a window above the
 level just before it.
