@@ -1,7 +1,7 @@
 """Memory admission for `/analyze`: an analysis starts only while the memory admitted to all of them fits.
 
-An analysis's peak grows with its trace's inflated JSON, so each is charged `analysis_peak_bytes`
-of it before it reads a byte, against one budget shared by every analysis in the process. One
+An analysis's peak grows with its trace's inflated JSON and its events, so each is charged
+`analysis_peak_bytes` of them before it reads a byte, against one budget shared by every analysis in the process. One
 that does not fit waits (first come, first served) for others to finish; one that could never fit
 is refused at once, with the numbers.
 
@@ -33,6 +33,12 @@ MiB, GiB = 1024**2, 1024**3
 #     growth     +52 MiB     +159 MiB    +381 MiB     +730 MiB   (3.4 per byte past the first ~30 MiB)
 # tests/profiling/test_admission.py measures it again on every run.
 PEAK_PER_INFLATED_BYTE = 4.0
+# Per event the analysis holds ~1.2 kB at its peak whatever the event's size, so a trace of small
+# events costs more per byte: 12.5x its JSON for 93-byte kernel events, 14x for 82-byte ones without
+# args (2026-12-03, 32 and 64 MiB of them). An event is a JSON object, so the count of `{` in the
+# JSON bounds the events from above, and no escape can hide one (a `{` in a string only adds to
+# the count). Real traces hold 1.8 to 2.3 `{` per event, so this term rarely exceeds the bytes' term.
+PEAK_PER_OBJECT = 1200
 PEAK_BASE_BYTES = 64 * MiB
 # Analyses together may hold this share of the machine's memory (or of its container's limit);
 # the rest is for the app, its profiling worker and the system.
@@ -80,9 +86,10 @@ def admission_wait_s() -> float:
     return int(value)
 
 
-def analysis_peak_bytes(inflated_bytes: int) -> int:
-    """The peak memory growth an analysis of this much JSON is charged (see PEAK_PER_INFLATED_BYTE)."""
-    return PEAK_BASE_BYTES + int(PEAK_PER_INFLATED_BYTE * inflated_bytes)
+def analysis_peak_bytes(inflated_bytes: int, objects: int = 0) -> int:
+    """The peak memory growth an analysis of this much JSON, holding at most `objects` JSON objects, is
+    charged (see PEAK_PER_INFLATED_BYTE and PEAK_PER_OBJECT)."""
+    return PEAK_BASE_BYTES + int(max(PEAK_PER_INFLATED_BYTE * inflated_bytes, PEAK_PER_OBJECT * objects))
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ class AnalysisCost:
 
     inflated_bytes: int
     peak_bytes: int
+    objects: int = 0  # `{` bytes in the JSON: no fewer than its events
 
     def reader_limits(self) -> dict[str, int]:
         """For `load_trace(path, **limits)`: the read may not inflate past what was counted and charged."""
@@ -108,8 +116,10 @@ def analysis_cost(path: str | Path, limits: Limits | None = None) -> AnalysisCos
     """
     limits = limits or Limits()
     chunks = _not_blank_at_length(inflated(raw_chunks(Path(path), limits), limits.inflated_bytes))
-    total = sum(len(chunk) for chunk in chunks)
-    return AnalysisCost(total, analysis_peak_bytes(total))
+    total = objects = 0
+    for chunk in chunks:
+        total, objects = total + len(chunk), objects + chunk.count(b"{")
+    return AnalysisCost(total, analysis_peak_bytes(total, objects), objects)
 
 
 def _not_blank_at_length(chunks: Iterator[bytes]) -> Iterator[bytes]:

@@ -16,6 +16,7 @@ import pytest
 from profiling.admission import (
     PEAK_BASE_BYTES,
     PEAK_PER_INFLATED_BYTE,
+    PEAK_PER_OBJECT,
     AdmissionError,
     MemoryGate,
     analysis_budget_bytes,
@@ -84,10 +85,12 @@ def scaled_trace(copies: int, out: Path) -> int:
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.json.gz")))
 def test_cost_counts_the_inflated_json_exactly(name):
     path = DATA / name
-    size = len(gzip.decompress(path.read_bytes()))
+    text = gzip.decompress(path.read_bytes())
+    size, braces = len(text), text.count(b"{")
     cost = analysis_cost(path)
-    assert cost.inflated_bytes == size
-    assert cost.peak_bytes == PEAK_BASE_BYTES + int(PEAK_PER_INFLATED_BYTE * size)
+    assert (cost.inflated_bytes, cost.objects) == (size, braces)
+    assert braces >= len(json.loads(text)["traceEvents"])  # every event is an object
+    assert cost.peak_bytes == PEAK_BASE_BYTES + int(max(PEAK_PER_INFLATED_BYTE * size, PEAK_PER_OBJECT * braces))
     load_trace(path, **cost.reader_limits())  # the read fits the limit the count set
 
 
@@ -119,15 +122,38 @@ def test_a_gzip_bomb_is_refused_before_any_memory_is_admitted(tmp_path):
 def test_the_estimate_covers_a_real_analysis_and_is_not_loose(tmp_path):
     path = tmp_path / "scaled.json"
     inflated = scaled_trace(12, path)  # ~20 MiB, ~58,000 events
+    assert analysis_cost(path).inflated_bytes == inflated
     done = subprocess.run(
         [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["events"] > 12 * 4800
-    estimate = analysis_peak_bytes(inflated)
+    estimate = analysis_cost(path).peak_bytes
     assert measured["growth"] <= estimate
     assert estimate <= 2.5 * measured["growth"]  # the fixed part dominates this small a trace
+
+
+SMALL_EVENTS = {  # the most events per byte the reader accepts, with and without args
+    "kernels": b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"args":{"correlation":1}},',
+    "kernels without args": b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"stream":7777},',
+    "ops": b'{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":1,"x":12345},',
+}
+
+
+@pytest.mark.parametrize("kind", list(SMALL_EVENTS))
+def test_the_estimate_covers_the_worst_case_of_small_events(kind, tmp_path):
+    event = SMALL_EVENTS[kind]
+    path = tmp_path / "small.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + event * (16 * MiB // len(event)) + b'{"ph": "M"}]}', 1))
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    growth = json.loads(done.stdout.strip().splitlines()[-1])["growth"]
+    cost = analysis_cost(path)
+    assert growth <= cost.peak_bytes, f"{growth / MiB:.0f} MiB measured, {cost.peak_bytes / MiB:.0f} MiB charged"
+    assert growth > 4 * cost.inflated_bytes  # the bytes alone would not have covered it
 
 
 # ---------------------------------------------------------------- the gate
