@@ -25,7 +25,8 @@ reaches counting as a survivor. With `--sample`, only the sampled mutants are te
 is to a message (text in an f-string, a `Finding`, an error, a docstring, or prose of four
 words or more) is counted apart as a "message" mutant: a test that pins the wording of every
 sentence would be brittle, so those are reported but kept out of the score that matters.
-Not run in CI: a full run (about 3,000 mutants) would take some three hours with one child.
+Not run in CI: with one child mutmut tests 1.2-1.5 mutants a second here (2 cores), so a full run
+(about 3,000 mutants) takes some 40 minutes; `--sample 120` about 12.
 """
 
 from __future__ import annotations
