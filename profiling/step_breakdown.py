@@ -57,11 +57,11 @@ def where_value(trace: Trace, column: str, predicate: Callable[[str], bool]) -> 
     The predicate runs once per distinct value, not once per event: a 10M-event trace has a
     few thousand distinct names, and per-event string matching would dominate the analysis.
     """
-    key = f"factorized:{column}"
-    if key not in trace.cache:
+    factorized = trace.derived.factorized
+    if column not in factorized:
         codes, uniques = pd.factorize(trace.complete_column(column))
-        trace.cache[key] = codes.astype(np.int32), uniques  # a few thousand distinct values: int32 halves it
-    codes, uniques = trace.cache[key]
+        factorized[column] = codes.astype(np.int32), uniques  # a few thousand distinct values: int32 halves it
+    codes, uniques = factorized[column]
     flags = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
     return np.append(flags, False)[codes]  # code -1 (missing) reads the appended False
 
@@ -143,9 +143,9 @@ def _previous_end(activity: pd.DataFrame, step: np.ndarray, first_step_start: fl
 
 def adjusted_steps(trace: Trace) -> pd.DataFrame:
     """The plugin's steps: `step`, `start`, `end`, `gpu_activities` (cached on the trace)."""
-    if "plugin_steps" not in trace.cache:
-        trace.cache["plugin_steps"] = _adjust_steps(trace)
-    return trace.cache["plugin_steps"]
+    if trace.derived.plugin_steps is None:
+        trace.derived.plugin_steps = _adjust_steps(trace)
+    return trace.derived.plugin_steps
 
 
 def _adjust_steps(trace: Trace) -> pd.DataFrame:

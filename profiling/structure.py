@@ -126,9 +126,8 @@ class Structure:
 
 
 def structure(trace: Trace) -> Structure:
-    cached = trace.cache.get("structure")
-    if cached is not None:
-        return cached
+    if trace.derived.structure is not None:
+        return trace.derived.structure
     ev = trace.events
     depth, parent = nest(ev, lane_codes(trace))
     is_aten = (ev["cat"].to_numpy() == "cpu_op") & ev["name"].str.startswith("aten::").to_numpy()
@@ -136,7 +135,7 @@ def structure(trace: Trace) -> Structure:
     # A compute op is a leaf: none of its descendants is itself a compute op.
     descendants = propagate_up(counts_as_compute, parent, depth) - counts_as_compute
     result = Structure(depth, parent, is_aten, (counts_as_compute > 0) & (descendants == 0))
-    trace.cache["structure"] = result
+    trace.derived.structure = result
     return result
 
 
@@ -159,13 +158,13 @@ def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> n
 
 def lane_codes(trace: Trace) -> np.ndarray:
     """An integer per (pid, tid) lane for every event, computed once per trace."""
-    if "lanes" not in trace.cache:
-        trace.cache["lanes"] = lanes_of(trace.events)
-    return trace.cache["lanes"]
+    if trace.derived.lanes is None:
+        trace.derived.lanes = lanes_of(trace.events)
+    return trace.derived.lanes
 
 
 def process_codes(trace: Trace) -> np.ndarray:
     """An integer per process (pid) for every event, computed once per trace."""
-    if "processes" not in trace.cache:
-        trace.cache["processes"] = pd.factorize(trace.events["pid"])[0]
-    return trace.cache["processes"]
+    if trace.derived.processes is None:
+        trace.derived.processes = pd.factorize(trace.events["pid"])[0]
+    return trace.derived.processes

@@ -7,9 +7,10 @@ skipped and counted, and category spellings of every Kineto vintage are normalis
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -82,6 +83,25 @@ STEP_PREFIX = "ProfilerStep#"
 ANNOTATION_PREFIXES = (STEP_PREFIX, "Optimizer.", "enumerate(DataLoader)#")
 
 
+if TYPE_CHECKING:
+    from profiling.structure import Structure
+
+
+@dataclass
+class Derived:
+    """What later stages compute from a trace once and reuse: one typed slot each, filled on first use
+    by the module that owns it (`structure`, `step_breakdown`)."""
+
+    lanes: np.ndarray | None = None  # an integer per (pid, tid) lane, per event
+    processes: np.ndarray | None = None  # an integer per pid, per event
+    structure: Structure | None = None
+    annotations: pd.DataFrame | None = None  # CPU-side user_annotation duration events
+    aten_rows: np.ndarray | None = None  # positions of the aten:: ops
+    launch_work: tuple[np.ndarray, dict[str, np.ndarray]] | None = None  # launches' rows, the work each caused
+    plugin_steps: pd.DataFrame | None = None
+    factorized: dict[str, tuple[np.ndarray, pd.Index]] = field(default_factory=dict)  # column -> codes, values
+
+
 @dataclass
 class Trace:
     """A parsed trace: `events` has one row per usable event, in file order."""
@@ -91,29 +111,28 @@ class Trace:
     metadata: dict[str, Any] = field(default_factory=dict)
     skipped: int = 0
     source: str = "trace"
-    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # derived structures, computed once
-
-    def _cached(self, key: str, make: Any) -> Any:
-        if key not in self.cache:
-            self.cache[key] = make()
-        return self.cache[key]
+    derived: Derived = field(default_factory=Derived, repr=False)
 
     def of_category(self, *categories: str) -> pd.DataFrame:
         return self.events[self.events["cat"].isin(categories)]
 
-    @property
+    @functools.cached_property
     def complete(self) -> pd.DataFrame:
         """Duration ("X") events: the ones with a start and an end.
 
         A copy of nearly every row: the analysis reads `complete_rows` and `complete_column`
         instead, and the views below select from `events` directly, so it is made only on demand.
         """
-        return self._cached("complete", lambda: self.events.iloc[self.complete_rows])
+        return self.events.iloc[self.complete_rows]
 
-    @property
+    @functools.cached_property
     def complete_rows(self) -> np.ndarray:
         """Positions in `events` of the duration ("X") events, ascending."""
-        return self._cached("complete_rows", lambda: np.flatnonzero(self.events["ph"].to_numpy() == "X"))
+        return np.flatnonzero(self.events["ph"].to_numpy() == "X")
+
+    @functools.cached_property
+    def _complete_categories(self) -> np.ndarray:
+        return self.events["cat"].to_numpy()[self.complete_rows]
 
     def complete_column(self, name: str) -> np.ndarray:
         """One column of `complete` as an array (the other columns are not copied).
@@ -122,20 +141,20 @@ class Trace:
         few ms), so that a big trace does not hold a copy of each column the analysis once read.
         """
         if name == "cat":
-            return self._cached("complete:cat", lambda: self.events["cat"].to_numpy()[self.complete_rows])
+            return self._complete_categories
         return self.events[name].to_numpy()[self.complete_rows]
 
     def _complete_where(self, categories: tuple[str, ...]) -> pd.DataFrame:
         rows = self.complete_rows
         return self.events.iloc[rows[np.isin(self.complete_column("cat"), categories)]]
 
-    @property
+    @functools.cached_property
     def gpu_activity(self) -> pd.DataFrame:
-        return self._cached("gpu", lambda: self._complete_where(GPU_ACTIVITY))
+        return self._complete_where(GPU_ACTIVITY)
 
-    @property
+    @functools.cached_property
     def kernels(self) -> pd.DataFrame:
-        return self._cached("kernels", lambda: self._complete_where(("kernel",)))
+        return self._complete_where(("kernel",))
 
     @property
     def devices(self) -> list[str]:

@@ -8,9 +8,7 @@ level just before it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,10 +22,10 @@ WHOLE_TRACE = "(whole trace)"
 
 def annotations(trace: Trace) -> pd.DataFrame:
     """Every CPU-side `user_annotation` duration event (cached: analyses ask many times)."""
-    if "annotations" not in trace.cache:
+    if trace.derived.annotations is None:
         rows = trace.complete_rows[trace.complete_column("cat") == "user_annotation"]
-        trace.cache["annotations"] = trace.events.iloc[rows]
-    return trace.cache["annotations"]
+        trace.derived.annotations = trace.events.iloc[rows]
+    return trace.derived.annotations
 
 
 def annotation_windows(trace: Trace, name: str = FORWARD) -> pd.DataFrame:
@@ -169,7 +167,9 @@ def per_window(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     are placed in windows, and what each launch caused is found once per trace, not once per name.
     """
     n = len(windows)
-    aten = _cached(trace, "aten_rows", lambda: np.flatnonzero(structure(trace).is_aten))
+    if trace.derived.aten_rows is None:
+        trace.derived.aten_rows = np.flatnonzero(structure(trace).is_aten)
+    aten = trace.derived.aten_rows
     where = window_of(trace, windows, rows=aten)
     ops = np.bincount(where[where >= 0], minlength=n)
     launch_rows, work = _launch_work(trace)
@@ -190,37 +190,34 @@ def per_window(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _cached(trace: Trace, key: str, make: Callable[[], Any]) -> Any:
-    if key not in trace.cache:
-        trace.cache[key] = make()
-    return trace.cache[key]
-
-
 def _launch_work(trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The launches' rows and, per launch, the GPU work it caused: count, kernel µs, first start, last end."""
+    """The launches' rows and, per launch, the GPU work it caused: count, kernel µs, first start, last end
+    (computed once per trace)."""
+    if trace.derived.launch_work is None:
+        trace.derived.launch_work = _find_launch_work(trace)
+    return trace.derived.launch_work
 
-    def make() -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        ev, gpu = trace.events, trace.gpu_activity
-        is_kernel = gpu["cat"].eq("kernel").to_numpy()
-        launched = (
-            pd.DataFrame(
-                {
-                    "n": 1.0,
-                    "kernel_us": np.where(is_kernel, gpu["dur"].to_numpy(), 0.0),
-                    "start": gpu["ts"].to_numpy(),
-                    "stop": gpu["end"].to_numpy(),
-                    "correlation": gpu["correlation"].to_numpy(),
-                }
-            )
-            .groupby("correlation")
-            .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
+
+def _find_launch_work(trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    ev, gpu = trace.events, trace.gpu_activity
+    is_kernel = gpu["cat"].eq("kernel").to_numpy()
+    launched = (
+        pd.DataFrame(
+            {
+                "n": 1.0,
+                "kernel_us": np.where(is_kernel, gpu["dur"].to_numpy(), 0.0),
+                "start": gpu["ts"].to_numpy(),
+                "stop": gpu["end"].to_numpy(),
+                "correlation": gpu["correlation"].to_numpy(),
+            }
         )
-        rows = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
-        work = launched.reindex(ev["correlation"].to_numpy()[rows])
-        columns = {name: work[name].to_numpy() for name in ("n", "kernel_us", "start", "stop")}
-        return rows, columns | {"found": work["n"].notna().to_numpy()}
-
-    return _cached(trace, "launch_work", make)
+        .groupby("correlation")
+        .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
+    )
+    rows = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
+    work = launched.reindex(ev["correlation"].to_numpy()[rows])
+    columns = {name: work[name].to_numpy() for name in ("n", "kernel_us", "start", "stop")}
+    return rows, columns | {"found": work["n"].notna().to_numpy()}
 
 
 def step_table(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
