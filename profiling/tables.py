@@ -47,25 +47,6 @@ KERNEL_COLUMNS = [
 SHORT_NAME = 60
 
 
-def key_averages_table(averages: object) -> pd.DataFrame:
-    """`prof.key_averages()` as an op table (µs), to check the trace's op table against torch's own."""
-    rows = [
-        (
-            e.key,
-            e.count,
-            e.self_cpu_time_total,
-            e.cpu_time_total,
-            e.cpu_time_total / max(e.count, 1),
-            e.self_device_time_total,
-            e.device_time_total,
-            e.device_time_total / max(e.count, 1),
-            OP,
-        )
-        for e in averages  # type: ignore[attr-defined]
-    ]
-    return pd.DataFrame(rows, columns=OP_COLUMNS)
-
-
 def merged_into_parent(names: np.ndarray, parent: np.ndarray, children: np.ndarray) -> np.ndarray:
     """Each event's representative: itself, or the ancestor a same-name only child is merged into.
 
@@ -236,6 +217,21 @@ def launching_ops(trace: Trace) -> pd.Series:
     return ops.groupby(level=0).agg(lambda s: s.value_counts().index[0])
 
 
+NAME_IN_TABLE = 4096  # characters of a trace's string shown in a table cell: real CUTLASS names pass 1 kB
+
+
 def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """A copy for display: floats rounded, schema kept (an empty table keeps its columns)."""
-    return table.round(digits) if len(table) else table
+    """A copy for display: floats rounded, strings from the trace cut to NAME_IN_TABLE characters,
+    schema kept (an empty table keeps its columns)."""
+    if not len(table):
+        return table
+    shown = table.round(digits)
+    for column in shown.select_dtypes(exclude="number").columns:
+        shown[column] = shown[column].map(_cut)
+    return shown
+
+
+def _cut(value: object) -> object:
+    if isinstance(value, str) and len(value) > NAME_IN_TABLE:
+        return value[: NAME_IN_TABLE - 1] + "…"
+    return value

@@ -173,3 +173,16 @@ def test_self_cpu_total_is_the_trace_total(cpu_runs):
     expected = sum(r["self_cpu"] for r in table.values()) / 1e3
     assert result.summary["self_cpu_total_ms"] == pytest.approx(expected, abs=1e-3)
     assert any(e.get("name") == "attn_fwd" for e in raw)
+
+
+def test_display_tables_cut_a_trace_name_at_4_kb():
+    import pandas as pd
+
+    from profiling.tables import NAME_IN_TABLE, rounded
+
+    long_name, cutlass = "k" * 100_000, "cutlass_80_tensorop_" + "x" * 1500  # a real CUTLASS name passes 1 kB
+    table = pd.DataFrame({"name": [long_name, cutlass], "count": [1, 2], "avg (us)": [1.23456, 2.0]})
+    shown = rounded(table)
+    assert shown["name"].tolist() == [long_name[: NAME_IN_TABLE - 1] + "…", cutlass]
+    assert len(shown["name"][0]) == NAME_IN_TABLE and shown["avg (us)"][0] == 1.235
+    assert table["name"][0] == long_name  # the analysis keeps the whole name; only the display is cut
