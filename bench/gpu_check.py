@@ -37,8 +37,8 @@ TIMED_CALLS = 20
 PRACTICE_RUNS: tuple[tuple[str, str, str, dict[str, object]], ...] = (
     ("train-naive", "naive", "auto", {"mode": "training"}),
     ("train-sdpa-flash", "sdpa", "flash", {"mode": "training"}),
-    ("gqa-naive", "naive", "auto", {"kv_heads": 4}),
-    ("gqa-sdpa-auto", "sdpa", "auto", {"kv_heads": 4}),
+    ("gqa-naive", "naive", "auto", {"kv_heads": "heads/4"}),
+    ("gqa-sdpa-auto", "sdpa", "auto", {"kv_heads": "heads/4"}),
     ("decode-sdpa-auto", "sdpa", "auto", {"q_len": 1}),
     ("decode-top-left-sdpa-auto", "sdpa", "auto", {"q_len": 1, "mask": "causal_top_left"}),
     ("window-sdpa-auto", "sdpa", "auto", {"mask": "sliding_window", "window": "seq_len/4"}),
@@ -99,8 +99,9 @@ def report(name: str, spec: AttentionSpec, result: RunResult, out: Path | None, 
 def runs(base: AttentionSpec) -> list[tuple[str, str, str, dict[str, object]]]:
     """(name, variant, backend, fields) for the blog's six, then the practitioner's runs."""
     blog = [(attention.run_label(v, b), v, b, {}) for v, b in attention.BLOG_RUNS]
-    window = {"seq_len/4": max(1, base.seq_len // 4)}
-    practice = [(n, v, b, {k: window.get(x, x) for k, x in f.items()}) for n, v, b, f in PRACTICE_RUNS]
+    # Sizes that follow the shape: a quarter of the heads share K and V, a window of a quarter of the keys.
+    scaled = {"seq_len/4": max(1, base.seq_len // 4), "heads/4": max(1, base.heads // 4)}
+    practice = [(n, v, b, {k: scaled.get(x, x) for k, x in f.items()}) for n, v, b, f in PRACTICE_RUNS]
     return blog + practice
 
 
@@ -113,6 +114,8 @@ def main() -> None:
         base = spec_from_args(args)
     except SpecError as exc:
         sys.exit(f"gpu_check: {exc}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("gpu_check: device: cuda was asked for, but this machine has no CUDA GPU")
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     tag = gpu.split()[-1].lower().replace("-", "") if args.device == "cuda" else "cpu"
     print(f"{gpu} · torch {torch.__version__} · {base.batch}x{base.heads}x{base.seq_len}x{base.head_dim} {base.dtype}")
