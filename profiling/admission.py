@@ -105,7 +105,7 @@ class AnalysisCost:
         return {"inflated_bytes": max(1, self.inflated_bytes)}
 
     def describe(self) -> str:
-        return f"{_gib(self.inflated_bytes)} of JSON"
+        return f"{_gib(self.inflated_bytes)} of JSON in {self.objects:,} objects"
 
 
 def analysis_cost(path: str | Path, limits: Limits | None = None) -> AnalysisCost:
@@ -168,7 +168,8 @@ class MemoryGate:
             raise AdmissionError(
                 f"{field}: analysing {what} needs about {_gib(need_bytes)} of memory; this server allows "
                 f"{_gib(self.budget_bytes)} for analyses, which fits up to "
-                f"{_gib(max(0.0, (self.budget_bytes - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE))} of JSON"
+                f"{_gib(max(0.0, (self.budget_bytes - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE))} of JSON "
+                f"or {max(0, (self.budget_bytes - PEAK_BASE_BYTES) // PEAK_PER_OBJECT):,} objects"
             )
         self._acquire(need_bytes, field, admission_wait_s() if wait_s is None else wait_s, cancelled)
         try:

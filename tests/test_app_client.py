@@ -12,7 +12,7 @@ from gradio_client.exceptions import AppError
 
 from profiling.summary import ANALYZE_KEYS, SUMMARY_KEYS
 from profiling.trace import load_trace
-from tests.conftest import DATA
+from tests.conftest import DATA, ROOT
 
 SMALL = dict(batch=1, heads=2, seq_len=64, head_dim=32, dtype="float32", device="cpu", compile=False)
 
@@ -291,3 +291,20 @@ def test_decode_sweep_follows_q_len(client):
     assert [(r["seq_len"], r["q_len"], r["status"]) for r in rows] == [(64, 1, "ok"), (128, 1, "ok")]
     guide = next(t for t in json.loads(chart["plot"])["data"] if str(t.get("name", "")).startswith("O("))
     assert guide["name"].startswith("O(q_len·S)")
+
+
+def test_the_readmes_client_example_runs_as_written(app_url, tmp_path):
+    """The README is the contract: its gradio_client example, against this server (the Hub call left out)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    api = readme[readme.index("## API (gradio_client) and MCP") :]
+    code = re.search(r"```python\n(.*?)```", api, re.S).group(1)
+    code = code.replace('Client("http://127.0.0.1:7860/")', f"Client({app_url!r}, verbose=False)")
+    code = code.replace('"trace.json.gz"', repr(str(DATA / "a100_simple_add.json.gz")))
+    code = "\n".join(line for line in code.splitlines() if 'api_name="/share"' not in line)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # our own README, run as a user would
+    assert scope["summary"]["mode"] == "training" and scope["summary"]["kv_heads"] == 2
+    assert [p["q_len"] for p in scope["points"]] == [1] * len(scope["points"]) and scope["points"]
+    assert scope["analysis"]["kernel_events"] == 79 and len(scope["rows"]) == 8

@@ -14,7 +14,8 @@ from gradio_client.exceptions import AppError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiling.reader import MAX_DEPTH, MAX_EVENT_BYTES, MIN_AVERAGE_EVENT_BYTES
+from profiling.reader import MAX_DEPTH, MAX_EVENT_BYTES, MIN_AVERAGE_EVENT_BYTES, TraceError
+from profiling.trace import load_trace
 from tests.conftest import DATA, ROOT
 from tests.test_fuzz import documents
 
@@ -60,8 +61,14 @@ def test_tiny_object_bomb_is_refused_at_once(client, keeps_serving, tmp_path):
     upload = tmp_path / "tiny.json.gz"
     upload.write_bytes(gzip.compress(b"[", mtime=0) + member * 133 + gzip.compress(b"{}]", mtime=0))
     assert upload.stat().st_size < 500_000
-    with pytest.raises(AppError, match=rf"average 3 bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES}"):
+    # Memory admission counts its objects before any is parsed, and refuses it at once.
+    objects = 2**20 * 133 + 1
+    with pytest.raises(AppError, match=rf"^trace: analysing 399 MiB of JSON in {objects:,} objects needs about"):
         _analyze(client, upload)
+    # Past admission (a machine with memory to spare), the reader's tiny-event rule refuses it.
+    tiny = rf"average 3 bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES}"
+    with pytest.raises(TraceError, match=tiny):
+        load_trace(upload)
 
 
 def test_blank_bomb_is_refused_early(client, keeps_serving, tmp_path):
