@@ -37,7 +37,8 @@ PEAK_PER_INFLATED_BYTE = 4.0
 # events costs more per byte: 12.5x its JSON for 93-byte kernel events, 14x for 82-byte ones without
 # args (2026-12-03, 32 and 64 MiB of them). An event is a JSON object, so the count of `{` in the
 # JSON bounds the events from above, and no escape can hide one (a `{` in a string only adds to
-# the count). Real traces hold 1.8 to 2.3 `{` per event, so this term rarely exceeds the bytes' term.
+# the count). Real traces hold 1.8 to 2.3 `{` per event (their args are objects too), so for them this
+# term charges 2-3x what they use: the price of an upper bound that small events cannot slip under.
 PEAK_PER_OBJECT = 1200
 PEAK_BASE_BYTES = 64 * MiB
 # Analyses together may hold this share of the machine's memory (or of its container's limit);
