@@ -33,17 +33,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.proc import peak_mib, status_kib  # noqa: E402 - after the path above
+
 GiB, MiB = 1024**3, 1024**2
 DEFAULT_SOURCE = ROOT / "tests" / "data" / "sampled_training_rank0.json.gz"
 DEFAULT_SIZES = "1,4,16,64,256,max"
 POLL_S = 0.25
-
-
-def _peak_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def child_ours(path: str) -> None:
@@ -51,27 +46,17 @@ def child_ours(path: str) -> None:
     from profiling.analysis import analyze_file
     from profiling.charts import timeline, window_chart
 
-    baseline = _peak_mib()
+    baseline = peak_mib()
     start, cpu = time.perf_counter(), time.process_time()
     analysis = analyze_file(path)
     analysed, cpu = time.perf_counter(), time.process_time() - cpu
-    peak = _peak_mib()
+    peak = peak_mib()
     figures = (timeline(analysis), window_chart(analysis.steps))
     figure_bytes = sum(len(f.to_json()) for f in figures)  # Gradio sends each figure as plotly JSON
     drawn = time.perf_counter()
     result = {"seconds": analysed - start, "cpu_s": cpu, "draw_s": drawn - analysed, "figure_bytes": figure_bytes}
     result |= {"events": len(analysis.trace.events), "baseline_mib": baseline, "peak_mib": peak}
-    print(json.dumps(result | {"peak_with_draw_mib": _peak_mib()}))
-
-
-def _status_kib(pid: int, key: str) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key):
-                return int(line.split()[1])
-    except OSError:  # the child has exited
-        pass
-    return 0
+    print(json.dumps(result | {"peak_with_draw_mib": peak_mib()}))
 
 
 def watched(command: list[str], limit_bytes: float, timeout_s: float) -> dict[str, Any] | str:
@@ -83,7 +68,7 @@ def watched(command: list[str], limit_bytes: float, timeout_s: float) -> dict[st
         child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
         start, why = time.monotonic(), ""
         while child.poll() is None:
-            if _status_kib(child.pid, "VmRSS") * 1024 > limit_bytes:
+            if status_kib("VmRSS", child.pid) * 1024 > limit_bytes:
                 why = f"killed past {limit_bytes / GiB:.0f} GiB RSS"
             elif time.monotonic() - start > timeout_s:
                 why = f"killed past {timeout_s:.0f} s"

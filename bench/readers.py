@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.proc import peak_mib  # noqa: E402 - after the path above
+
 CANDIDATES = (
     "orjson, whole file",
     "msgspec, whole file",
@@ -36,13 +38,6 @@ CANDIDATES = (
     "stdlib json over chunks (fallback)",
 )
 BATCH_EVENTS = 20_000
-
-
-def _peak_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _whole(loads: Callable[[bytes], object], path: Path) -> int:
@@ -93,10 +88,10 @@ def child(name: str, path: Path) -> None:
         run = _ijson if name.startswith("ijson") else _chunks
     import profiling.reader  # noqa: F401 - imported before the baseline, as the app has it
 
-    baseline = _peak_mib()
+    baseline = peak_mib()
     start = time.perf_counter()
     rows = run(path)
-    print(json.dumps({"seconds": time.perf_counter() - start, "peak": _peak_mib(), "baseline": baseline, "rows": rows}))
+    print(json.dumps({"seconds": time.perf_counter() - start, "peak": peak_mib(), "baseline": baseline, "rows": rows}))
 
 
 def measure(name: str, path: Path) -> dict | str:

@@ -6,13 +6,13 @@ It builds every table, insight and summary once; charts and the app only show it
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from profiling.insights import Insight, find_insights
+from profiling.reader import Progress
 from profiling.runner import BACKWARD, Measurement
 from profiling.step_breakdown import step_breakdown
 from profiling.summary import RunSummary, TraceSummary, run_summary, trace_summary
@@ -24,8 +24,6 @@ from profiling.windows import FORWARD, WindowStats, annotations, step_table, win
 STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")
 MAX_ANNOTATIONS = 30  # annotation names in the annotations table, the longest in total first
 MAX_STEPS = 500  # rows of the steps table; the summary still counts every step
-
-Progress = Callable[[float, str], None]
 
 
 @dataclass
@@ -101,10 +99,11 @@ def with_breakdown(steps: pd.DataFrame, per_step: pd.DataFrame) -> pd.DataFrame:
 READ_SHARE = 0.6  # of a file's analysis progress: streaming it; the analysis takes the rest
 
 
-def analyze_file(path: str | Path, progress: Progress | None = None) -> Analysis:
+def analyze_file(path: str | Path, progress: Progress | None = None, done_at: float = 1.0, **limits: int) -> Analysis:
     """Load and analyze a `.json` or `.json.gz` trace. Raises TraceError for a bad file.
 
-    `progress` hears the bytes read, up to READ_SHARE of the way, then the analysis's stages."""
+    `progress` hears the bytes read, up to READ_SHARE of the way, then the analysis's stages up to
+    `done_at`; `limits` override the reader's (see `load_trace`)."""
     report = progress or (lambda fraction, message: None)
-    trace = load_trace(path, lambda f, m: report(READ_SHARE * f, m))
-    return analyze(trace, progress=lambda f, m: report(READ_SHARE + (1 - READ_SHARE) * f, m))
+    trace = load_trace(path, lambda f, m: report(READ_SHARE * f, m), **limits)
+    return analyze(trace, progress=lambda f, m: report(READ_SHARE + (done_at - READ_SHARE) * f, m))

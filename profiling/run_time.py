@@ -39,8 +39,7 @@ class RunTime:
     forward_s: float  # one forward (with its backward in training)
     calls: int  # forwards (and backwards) the run makes
     reference_s: float
-
-    setup_s: float = FIXED_S
+    setup_s: float  # the profiler, the export, and flex's block mask
 
     @property
     def seconds(self) -> float:

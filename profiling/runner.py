@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import attention
 from attention import AttentionSpec
+from profiling.reader import Progress
 from profiling.roofline import device_name, peak_gbps, peak_tflops
 from profiling.windows import FORWARD
 
@@ -33,8 +34,6 @@ UNPROFILED_CALLS, UNPROFILED_MAX_CALLS, UNPROFILED_MIN_S = 5, 50, 0.2
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # the profiler schedule; ACTIVE forwards are measured
 
 CPU_OOM = "can't allocate memory"  # what the CPU allocator's RuntimeError says
-
-Progress = Callable[[float, str], None]
 
 
 class RunError(RuntimeError):

@@ -95,7 +95,6 @@ class Derived:
     lanes: np.ndarray | None = None  # an integer per (pid, tid) lane, per event
     processes: np.ndarray | None = None  # an integer per pid, per event
     structure: Structure | None = None
-    annotations: pd.DataFrame | None = None  # CPU-side user_annotation duration events
     aten_rows: np.ndarray | None = None  # positions of the aten:: ops
     launch_work: tuple[np.ndarray, dict[str, np.ndarray]] | None = None  # launches' rows, the work each caused
     plugin_steps: pd.DataFrame | None = None
@@ -155,6 +154,11 @@ class Trace:
     @functools.cached_property
     def kernels(self) -> pd.DataFrame:
         return self._complete_where(("kernel",))
+
+    @functools.cached_property
+    def annotations(self) -> pd.DataFrame:
+        """CPU-side `user_annotation` duration events (record_function ranges, profiler steps)."""
+        return self._complete_where(("user_annotation",))
 
     @property
     def devices(self) -> list[str]:

@@ -18,15 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from profiling.admission import analysis_cost, analysis_gate
-from profiling.analysis import Analysis, analyze
-from profiling.reader import TraceError
-from profiling.trace import load_trace
+from profiling.analysis import Analysis, analyze_file
+from profiling.reader import Progress, TraceError
 
-Progress = Callable[[float, str], None]
 TIME_LIMIT_ENV = "ATTENTION_PROFILER_ANALYZE_TIME_LIMIT"
 DEFAULT_TIME_LIMIT_S = 300.0
-# Of the progress bar: streaming the file up to READ_SHARE, the analysis up to ANALYSED; drawing the rest.
-READ_SHARE, ANALYSED = 0.6, 0.9
+ANALYSED = 0.9  # of the progress bar: reading and analysing the file; drawing its outputs takes the rest
 
 
 class AnalysisStopped(TraceError):
@@ -78,5 +75,4 @@ def analysed_upload(
     cost = analysis_cost(path)
     check(0.02, f"waiting for memory for {cost.describe()}")
     with analysis_gate().admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled):
-        trace = load_trace(path, lambda f, m: check(READ_SHARE * f, m), **cost.reader_limits())
-        yield analyze(trace, progress=lambda f, m: check(READ_SHARE + (ANALYSED - READ_SHARE) * f, m))
+        yield analyze_file(path, check, done_at=ANALYSED, **cost.reader_limits())

@@ -21,11 +21,8 @@ WHOLE_TRACE = "(whole trace)"
 
 
 def annotations(trace: Trace) -> pd.DataFrame:
-    """Every CPU-side `user_annotation` duration event (cached: analyses ask many times)."""
-    if trace.derived.annotations is None:
-        rows = trace.complete_rows[trace.complete_column("cat") == "user_annotation"]
-        trace.derived.annotations = trace.events.iloc[rows]
-    return trace.derived.annotations
+    """Every CPU-side `user_annotation` duration event (cached on the trace: analyses ask many times)."""
+    return trace.annotations
 
 
 def annotation_windows(trace: Trace, name: str = FORWARD) -> pd.DataFrame:
