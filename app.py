@@ -14,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 from endpoints import QUEUE_SIZE, analyze, app_error, compare, diff, profile, share, sweep
+from traffic import TraceFile
 
 HISTORY_SIZE = 20  # runs of this session kept for the Diff tab
 PERFETTO_HELP = (
@@ -209,7 +210,7 @@ def _profile_tab(shape: Shape, history: gr.State, cuda: bool) -> None:
     kernels = gr.Dataframe(label="kernel table", elem_id="kernel-table")
     gr.Markdown(PERFETTO_HELP)
     with gr.Row():
-        trace_file = gr.File(label="trace", elem_id="trace-file")
+        trace_file = TraceFile(label="trace", elem_id="trace-file")
         table_file = gr.File(label="table")
     _share_box(trace_file, api_name="share")
     controls = {"variant": variant, "backend": backend, **vars(shape)}
@@ -274,7 +275,7 @@ def _analyze_tab() -> None:
         "Upload a Chrome trace from `torch.profiler` (`export_chrome_trace` or `tensorboard_trace_handler`), "
         "recorded on CUDA, ROCm or CPU."
     )
-    upload = gr.File(label="trace (.json or .json.gz)", file_types=[".json", ".gz"], elem_id="upload")
+    upload = TraceFile(label="trace (.json or .json.gz)", file_types=[".json", ".gz"], elem_id="upload")
     button = gr.Button("Analyze", variant="primary")
     with gr.Row(equal_height=False):
         gpu = gr.Markdown(elem_id="gpu-card", latex_delimiters=[])
@@ -331,15 +332,27 @@ def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
     return demo
 
 
+def launch(demo: gr.Blocks, **options: Any) -> Any:
+    """Serve `demo` behind the fair-use middleware (one file per upload, upload quotas, a per-client
+    queue cap: see `traffic.py`). `options` go to `demo.launch`, after this app's defaults."""
+    from starlette.middleware import Middleware
+
+    from profiling.reader import MAX_UPLOAD_BYTES
+    from traffic import FairUse, Quotas
+
+    fair_use = Middleware(FairUse, blocks=demo, quotas=Quotas.from_env(MAX_UPLOAD_BYTES))
+    defaults = {
+        "server_name": os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
+        "server_port": int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        "mcp_server": True,
+        "max_file_size": MAX_UPLOAD_BYTES,  # Gradio refuses a bigger upload before it is stored
+        "app_kwargs": {"middleware": [fair_use]},
+    }
+    return demo.launch(**{**defaults, **options})
+
+
 if __name__ == "__main__":
     from endpoints import start_worker
-    from profiling.reader import MAX_UPLOAD_BYTES
 
     start_worker()
-
-    build_demo().launch(
-        server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
-        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-        mcp_server=True,
-        max_file_size=MAX_UPLOAD_BYTES,  # Gradio refuses a bigger upload before it is stored
-    )
+    launch(build_demo())

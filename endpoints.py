@@ -115,6 +115,11 @@ def _spec(**fields: Any) -> Any:
         return AttentionSpec(**values)
 
 
+def _session(request: gr.Request | None) -> str | None:
+    """The caller's session, which keeps its runs apart from other sessions' in the worker."""
+    return getattr(request, "session_hash", None) if request is not None else None
+
+
 def _progress(progress: gr.Progress) -> Any:
     return lambda fraction, message: progress(fraction, desc=message)
 
@@ -133,18 +138,21 @@ def _user_errors() -> Iterator[None]:
         raise app_error(str(exc)) from None
 
 
-def _while_running(outputs: int, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Generator[Any, None, Any]:
-    """`work(*args, cancelled=..., **kwargs)` in a thread; yields "no change" to the handler's `outputs`
-    outputs every second meanwhile, and returns its result.
+def _while_running(
+    outputs: int, work: Callable[..., Any], /, *args: Any, caller: str | None = None, **kwargs: Any
+) -> Generator[Any, None, Any]:
+    """`work(*args, cancelled=..., **kwargs)` in a thread, on behalf of `caller` (a session: runs keep
+    sessions apart, see `worker.called_by`); yields "no change" to the handler's `outputs` outputs every
+    second meanwhile, and returns its result.
 
     Why a generator: Gradio closes a generator handler at its next yield when the client leaves
     (a plain handler runs to the end), which sets `cancelled` and kills the run's worker process.
     """
-    from profiling.worker import until_closed
+    from profiling.worker import called_by, until_closed
 
     tick = tuple(gr.skip() for _ in range(outputs))
     with _user_errors():
-        return (yield from until_closed(work, *args, tick=tick, **kwargs))
+        return (yield from until_closed(called_by, caller, work, *args, tick=tick, **kwargs))
 
 
 # ---------------------------------------------------------------- endpoints
@@ -177,6 +185,7 @@ def profile(
     window: float = 0,
     valid_len: str = "",
     progress: gr.Progress = gr.Progress(),
+    request: gr.Request | None = None,
 ) -> Generator[tuple, None, None]:
     """Profile one attention variant with torch.profiler.
 
@@ -200,7 +209,10 @@ def profile(
 
     spec = _spec(**_fields(locals()))
     result = yield from _while_running(
-        PROFILE_OUTPUTS, profile_attention, spec, store().new_dir(), _progress(progress), RUN_TIME_LIMIT_S
+        PROFILE_OUTPUTS,
+        profile_attention,
+        *(spec, store().new_dir(), _progress(progress), RUN_TIME_LIMIT_S),
+        caller=_session(request),
     )
     yield (
         dict(result.summary),
@@ -240,6 +252,7 @@ def compare(
     window: float = 0,
     valid_len: str = "",
     progress: gr.Progress = gr.Progress(),
+    request: gr.Request | None = None,
 ) -> Generator[tuple, None, None]:
     """Every variant and SDPA backend on one shape, within one time limit.
 
@@ -260,7 +273,11 @@ def compare(
 
     spec = _spec(**_fields(locals()))
     rows = yield from _while_running(
-        COMPARE_OUTPUTS, compare_all, spec, store().new_dir(), _progress(progress), time_limit_s=RUN_TIME_LIMIT_S
+        COMPARE_OUTPUTS,
+        compare_all,
+        *(spec, store().new_dir(), _progress(progress)),
+        time_limit_s=RUN_TIME_LIMIT_S,
+        caller=_session(request),
     )
     yield rows, compare_table(rows), compare_chart(rows)
 
@@ -282,6 +299,7 @@ def sweep(
     window: float = 0,
     valid_len: str = "",
     progress: gr.Progress = gr.Progress(),
+    request: gr.Request | None = None,
 ) -> Generator[tuple, None, None]:
     """Forward time and peak memory of each variant over a list of seq_len values, within one time limit.
 
@@ -314,6 +332,7 @@ def sweep(
         run_sweep,
         *(spec, runs, lengths, store().new_dir(), _progress(progress)),
         time_limit_s=RUN_TIME_LIMIT_S,
+        caller=_session(request),
     )
     yield rows, sweep_chart(rows)
 
@@ -330,34 +349,24 @@ def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> Generat
 
     Returns the summary, op table, kernel table, timeline, steps, annotations, insights and steps chart.
     """
-    from profiling.uploads import analyze_time_limit_s
+    from gradio.components.plot import PlotData
+
+    from profiling.uploads import analyze_time_limit_s, analyze_upload
 
     path = _app_file(trace, "trace")
-    outputs = yield from _while_running(
-        ANALYZE_OUTPUTS, _analysis_outputs, path, _progress(progress), analyze_time_limit_s()
+    shown = yield from _while_running(
+        ANALYZE_OUTPUTS, analyze_upload, path, analyze_time_limit_s(), _progress(progress)
     )
-    yield outputs
-
-
-def _analysis_outputs(path: str, progress: Any, time_limit_s: float, cancelled: Callable[[], bool]) -> tuple:
-    """/analyze's outputs, drawn while the analysis still holds its admitted memory."""
-    from profiling.charts import timeline, window_chart
-    from profiling.markdown import insights_markdown
-    from profiling.tables import rounded
-    from profiling.uploads import analysed_upload
-
-    with analysed_upload(path, time_limit_s, progress, cancelled) as result:
-        progress(0.95, "drawing the timeline")
-        return (
-            dict(result.summary),
-            rounded(result.op_table),
-            rounded(result.kernel_table),
-            timeline(result),
-            rounded(result.steps),
-            rounded(result.annotations),
-            insights_markdown(result.insights),
-            window_chart(result.steps),
-        )
+    yield (
+        shown.summary,
+        shown.op_table,
+        shown.kernel_table,
+        PlotData(type="plotly", plot=shown.timeline_json),
+        shown.steps,
+        shown.annotations,
+        shown.insights_markdown,
+        PlotData(type="plotly", plot=shown.steps_chart_json),
+    )
 
 
 def diff(before: dict, after: dict) -> list[dict]:

@@ -85,6 +85,7 @@ def profile_attention(
         time_limit_s=time_limit_s,
         progress=lambda f, m: report(MEASURE_SHARE * f, m),
         cancelled=cancelled,
+        private=spec,  # its first call, timed cold, must not be another session's
     )
     report(MEASURE_SHARE, "reading the trace")
     analysis = analyze(

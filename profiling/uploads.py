@@ -1,33 +1,71 @@
-"""An uploaded trace analysed on a shared server: within memory admission and a time limit, stoppable.
+"""An uploaded trace analysed on a shared server: admitted to memory, in a killable process, bounded in time.
 
-    with analysed_upload(path, time_limit_s=300, progress=report, cancelled=gone) as analysis:
-        outputs = draw(analysis)  # drawn while the analysis's memory is still admitted
+    outputs = analyze_upload(path, time_limit_s=300, progress=report, cancelled=gone)
 
-The analysis runs in the calling process (its tables come back as DataFrames, too big to pickle
-cheaply from a worker), so the limit and `cancelled` are checked at each progress report: every
-chunk the reader streams (at most `reader.CHUNK_BYTES` of input) and every analysis stage. The
-time past the limit is at most the longest stage; the README states the figure measured.
+The analysis runs in a process of its own (forked from the worker's forkserver), because a hostile
+trace can make any stage slow and only a process can be stopped anywhere: at the time limit, or
+when the caller leaves, it is killed, and it gives all its memory back to the OS when it ends.
+It sends back only what the page shows: the summary, tables cut to `MAX_TABLE_ROWS` rows, and the
+charts as plotly JSON (the timeline is at most `charts.MAX_BARS` bars). The memory it may use is
+admitted first, in this process, against the one budget every analysis shares.
+
+With the worker off (`ATTENTION_PROFILER_WORKER=0`, the default on ZeroGPU) the analysis runs here,
+and the limit and `cancelled` are checked at each chunk read and each stage.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pandas as pd
 
 from profiling.admission import analysis_cost, analysis_gate
-from profiling.analysis import Analysis, analyze_file
 from profiling.reader import Progress, TraceError
+from profiling.worker import Cancelled, Worker, death_cause
 
 TIME_LIMIT_ENV = "ATTENTION_PROFILER_ANALYZE_TIME_LIMIT"
 DEFAULT_TIME_LIMIT_S = 300.0
 ANALYSED = 0.9  # of the progress bar: reading and analysing the file; drawing its outputs takes the rest
+MAX_TABLE_ROWS = 1000  # rows of the op and kernel tables sent to the page, the largest totals first
 
 
 class AnalysisStopped(TraceError):
     """The analysis passed its time limit, or its caller left."""
+
+
+@dataclass(frozen=True)
+class UploadOutputs:
+    """What the Analyze tab shows, small enough to pickle back from the analysis process."""
+
+    summary: dict[str, Any]
+    op_table: pd.DataFrame
+    kernel_table: pd.DataFrame
+    timeline_json: str  # plotly figure JSON
+    steps: pd.DataFrame
+    annotations: pd.DataFrame
+    insights_markdown: str
+    steps_chart_json: str
+
+
+class AnalysisWorker(Worker):
+    """A worker for one analysis: recycled after its call (its memory goes back to the OS), with errors
+    worded for a trace."""
+
+    def __init__(self) -> None:
+        super().__init__(recycle_rss_bytes=0)
+
+    def limit_error(self, limit_s: float, stage: str) -> Exception:
+        return AnalysisStopped(
+            f"trace: the analysis passed its {limit_s:g} s limit while {stage}; try a trace with fewer steps"
+        )
+
+    def death_error(self, exitcode: int | None, stage: str) -> Exception:
+        return AnalysisStopped(f"trace: the analysis process died ({death_cause(exitcode)}) while {stage}")
 
 
 def analyze_time_limit_s() -> float:
@@ -36,10 +74,32 @@ def analyze_time_limit_s() -> float:
     try:
         limit = float(value) if value else DEFAULT_TIME_LIMIT_S
     except ValueError:
-        raise ValueError(f"{TIME_LIMIT_ENV}: give a number of seconds, got {value!r}") from None
+        raise ValueError(f"{TIME_LIMIT_ENV}: give a number of seconds, got {value[:100]!r}") from None
     if not limit > 0:
-        raise ValueError(f"{TIME_LIMIT_ENV}: give a positive number of seconds, got {value!r}")
+        raise ValueError(f"{TIME_LIMIT_ENV}: give a positive number of seconds, got {value[:100]!r}")
     return limit
+
+
+def upload_outputs(path: str, limits: dict[str, int], progress: Progress | None = None) -> UploadOutputs:
+    """Load, analyse and draw the trace at `path`: the page's outputs (runs in the analysis process)."""
+    from profiling.analysis import analyze_file
+    from profiling.charts import timeline, window_chart
+    from profiling.markdown import insights_markdown
+    from profiling.tables import rounded
+
+    report = progress or (lambda fraction, message: None)
+    result = analyze_file(path, report, done_at=ANALYSED, **limits)
+    report(0.95, "drawing the timeline")
+    return UploadOutputs(
+        summary=dict(result.summary),
+        op_table=rounded(result.op_table.head(MAX_TABLE_ROWS)),
+        kernel_table=rounded(result.kernel_table.head(MAX_TABLE_ROWS)),
+        timeline_json=timeline(result).to_json(),
+        steps=rounded(result.steps),
+        annotations=rounded(result.annotations),
+        insights_markdown=insights_markdown(result.insights),
+        steps_chart_json=window_chart(result.steps).to_json(),
+    )
 
 
 def _checked(progress: Progress | None, limit_s: float | None, cancelled: Callable[[], bool] | None) -> Progress:
@@ -58,21 +118,38 @@ def _checked(progress: Progress | None, limit_s: float | None, cancelled: Callab
     return check
 
 
-@contextlib.contextmanager
-def analysed_upload(
+def analyze_upload(
     path: str | Path,
     time_limit_s: float | None = None,
     progress: Progress | None = None,
     cancelled: Callable[[], bool] | None = None,
-) -> Iterator[Analysis]:
-    """The analysis of the trace at `path`, its memory held from the analysis gate for the `with` block.
+    worker: Worker | None = None,
+) -> UploadOutputs:
+    """The page's outputs for the trace at `path`, analysed within its admitted memory and `time_limit_s`.
 
     Raises TraceError (AdmissionError: too big, or the server busy; AnalysisStopped: time limit or
-    caller gone) with a message that starts with `trace:`.
+    caller gone) with a message that starts with `trace:`. `worker` defaults to a fresh one, stopped
+    after the call.
     """
+    started = time.monotonic()
     check = _checked(progress, time_limit_s, cancelled)
     check(0.0, "counting the trace's JSON")
     cost = analysis_cost(path)
     check(0.02, f"waiting for memory for {cost.describe()}")
-    with analysis_gate().admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled):
-        yield analyze_file(path, check, done_at=ANALYSED, **cost.reader_limits())
+    own = worker or AnalysisWorker()
+    try:
+        with analysis_gate().admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled):
+            left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - started))
+            return own.call(
+                upload_outputs,
+                str(path),
+                cost.reader_limits(),
+                time_limit_s=left,
+                progress=check if not own.enabled else progress,
+                cancelled=cancelled,
+            )
+    except Cancelled:
+        raise AnalysisStopped("trace: the analysis was stopped because its caller left") from None
+    finally:
+        if worker is None:
+            own.close()

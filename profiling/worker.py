@@ -42,7 +42,7 @@ from profiling.runner import Progress, RunError
 
 ENV = "ATTENTION_PROFILER_WORKER"
 # Imported once by the forkserver, so every worker forked from it starts with them loaded.
-PRELOAD = ("torch", "attention", "profiling.runner", "profiling.worker")
+PRELOAD = ("torch", "attention", "profiling.runner", "profiling.worker", "profiling.uploads", "profiling.charts")
 POLL_S = 0.05  # how often `call` looks at the clock and at cancelled() while the child works
 HEARTBEAT_S = 1.0  # `iterate` yields at least this often, so a generator handler can be closed
 TERM_GRACE_S = 0.25  # after SIGTERM, time for the child's `finally` blocks before SIGKILL
@@ -68,6 +68,15 @@ def worker_enabled() -> bool:
 # ---------------------------------------------------------------- in the child (or in-process)
 
 _seen: set[Hashable] = set()
+# Who is calling (a session id), so that what one caller ran never shows in another's run.
+_caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", default=None)
+
+
+def called_by(caller: str | None, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on behalf of `caller`: worker calls made inside it keep callers apart
+    (see `Worker.call`'s `private`). Call it in a thread or context of its own (`until_closed` does)."""
+    _caller.set(caller)
+    return fn(*args, **kwargs)
 
 
 def first_call(key: Hashable) -> bool:
@@ -159,29 +168,39 @@ def _main_not_reimported() -> Iterator[None]:
     `get_preparation_data` never sets). The worker only runs functions importable by module name,
     so while a child starts, main is described as a module named `__main__`, which the child skips.
     """
-    main = sys.modules["__main__"]
-    saved = getattr(main, "__spec__", None)
-    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
-    try:
-        yield
-    finally:
-        main.__spec__ = saved
+    with _STARTING:  # two threads starting children at once would restore each other's stand-in
+        main = sys.modules["__main__"]
+        saved = getattr(main, "__spec__", None)
+        main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+        try:
+            yield
+        finally:
+            main.__spec__ = saved
+
+
+_STARTING = threading.Lock()
 
 
 def _limit_error(limit_s: float, stage: str) -> RunError:
     return RunError(f"time limit: the run passed {limit_s:g} s during {stage}; try a smaller shape")
 
 
-def _death_error(exitcode: int | None, stage: str) -> RunError:
+def death_cause(exitcode: int | None) -> str:
+    """Why a child with this exit code ended, in words."""
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name
         why = {
-            "SIGKILL": "killed from outside, most often by the kernel's out-of-memory killer; try a smaller shape",
+            "SIGKILL": "killed from outside, most often by the kernel's out-of-memory killer",
             "SIGSEGV": "a crash in native code",
         }.get(name, "stopped by a signal")
-        cause = f"{name}: {why}"
-    else:
-        cause = f"exit status {exitcode}"
+        return f"{name}: {why}"
+    return f"exit status {exitcode}"
+
+
+def _death_error(exitcode: int | None, stage: str) -> RunError:
+    cause = death_cause(exitcode)
+    if exitcode == -signal.SIGKILL:
+        cause += "; try a smaller shape"
     return RunError(f"the run's worker process died ({cause}) during {stage}; the next run gets a new one")
 
 
@@ -218,7 +237,16 @@ class Worker:
         self._lock = threading.Lock()
         self._process: Any = None
         self._conn: Connection | None = None
+        self._callers: dict[Hashable, str | None] = {}  # private keys run in this process, by caller
         _workers.add(self)
+
+    def limit_error(self, limit_s: float, stage: str) -> Exception:
+        """What a call that passed its time limit raises (a subclass words it for its own work)."""
+        return _limit_error(limit_s, stage)
+
+    def death_error(self, exitcode: int | None, stage: str) -> Exception:
+        """What a call whose process died raises."""
+        return _death_error(exitcode, stage)
 
     @property
     def pid(self) -> int | None:
@@ -244,6 +272,7 @@ class Worker:
         time_limit_s: float | None = None,
         progress: Progress | None = None,
         cancelled: Callable[[], bool] | None = None,
+        private: Hashable | None = None,
         **kwargs: Any,
     ) -> Any:
         """`fn(*args, **kwargs)` in the worker; `fn` also gets `progress=` when `progress` is given.
@@ -253,10 +282,14 @@ class Worker:
         `time_limit_s` (counted once the worker is ready), or as soon as `cancelled()` is true, the
         child is killed and RunError (Cancelled) is raised. An exception raised by `fn` comes back
         with its type and message; a child that dies gives RunError, and the next call gets a new one.
+        `private` (e.g. a spec) is a key no other caller (see `called_by`) may have run in the same
+        process: one who did makes the call start a fresh process.
         """
         if not self.enabled:
             return self._here(fn, args, kwargs, time_limit_s, progress, cancelled)
-        job = self.iterate(fn, *args, time_limit_s=time_limit_s, progress=progress, heartbeat_s=POLL_S, **kwargs)
+        job = self.iterate(
+            fn, *args, time_limit_s=time_limit_s, progress=progress, heartbeat_s=POLL_S, private=private, **kwargs
+        )
         try:
             while True:
                 next(job)
@@ -276,6 +309,7 @@ class Worker:
         progress: Progress | None = None,
         tick: Any = None,
         heartbeat_s: float = HEARTBEAT_S,
+        private: Hashable | None = None,
         **kwargs: Any,
     ) -> Generator[Any, None, Any]:
         """Like `call`, as a generator: it yields `tick` at least every `heartbeat_s` while `fn` runs
@@ -285,6 +319,7 @@ class Worker:
         if not self.enabled:
             return self._here(fn, args, kwargs, time_limit_s, progress, None)
         with self._lock:
+            self._keep_private(private)
             conn = self._ready()
             conn.send_bytes(pickle.dumps((fn, args, kwargs, progress is not None)))
             finished = False
@@ -318,7 +353,7 @@ class Worker:
                 if progress is not None:
                     progress(*body)
             if clock.remaining_s() <= 0:
-                raise _limit_error(clock.limit_s or 0.0, stage)
+                raise self.limit_error(clock.limit_s or 0.0, stage)
             if time.monotonic() >= next_tick:
                 yield tick
                 next_tick = time.monotonic() + heartbeat_s
@@ -333,7 +368,17 @@ class Worker:
             if message is not None:
                 return _unpickled(message)
         self._process.join()  # reaps it; the forkserver reports its exit status
-        raise _death_error(self._process.exitcode, stage)
+        raise self.death_error(self._process.exitcode, stage)
+
+    def _keep_private(self, key: Hashable | None) -> None:
+        """Replace the process when another caller already ran `key` in it, so that this caller's first
+        call of `key` is truly its first (a cold start it can measure) and tells it nothing of others."""
+        if key is None:
+            return
+        caller = _caller.get()
+        if key in self._callers and self._callers[key] != caller:
+            self._stop()
+        self._callers[key] = caller
 
     def _ready(self) -> Connection:
         """The live child's pipe, starting a child if there is none or it died while idle."""
@@ -341,17 +386,21 @@ class Worker:
             self._stop()
         if self._process is None:
             ctx = _context()
-            self._conn, child_end = ctx.Pipe(duplex=True)
-            self._process = ctx.Process(target=_serve, args=(child_end,), name=WORKER_NAME)
-            with _main_not_reimported():
-                self._process.start()
-            child_end.close()
+            conn, child_end = ctx.Pipe(duplex=True)
+            process = ctx.Process(target=_serve, args=(child_end,), name=WORKER_NAME)
+            try:
+                with _main_not_reimported():
+                    process.start()
+            finally:
+                child_end.close()
+            self._process, self._conn = process, conn  # only a started process is ever stopped or joined
         assert self._conn is not None
         return self._conn
 
     def _stop(self) -> None:
         """SIGTERM, then SIGKILL after TERM_GRACE_S; wait for the exit so no zombie is left."""
         process, conn, self._process, self._conn = self._process, self._conn, None, None
+        self._callers.clear()  # a new process has run nothing
         if conn is not None:
             conn.close()
         if process is None:
@@ -384,7 +433,7 @@ class Worker:
             if cancelled is not None and cancelled():
                 raise Cancelled("cancelled: the run was stopped because its caller left")
             if clock.remaining_s() <= 0:
-                raise _limit_error(clock.limit_s or 0.0, stage[0])
+                raise self.limit_error(clock.limit_s or 0.0, stage[0])
             stage[0] = message
             progress(fraction, message)
 
