@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from endpoints import QUEUE_SIZE, analyze, app_error, compare, diff, profile, share, sweep
-from traffic import TraceFile
+from traffic import refusing_urls
 
 HISTORY_SIZE = 20  # runs of this session kept for the Diff tab
 PERFETTO_HELP = (
@@ -210,7 +210,7 @@ def _profile_tab(shape: Shape, history: gr.State, cuda: bool) -> None:
     kernels = gr.Dataframe(label="kernel table", elem_id="kernel-table")
     gr.Markdown(PERFETTO_HELP)
     with gr.Row():
-        trace_file = TraceFile(label="trace", elem_id="trace-file")
+        trace_file = refusing_urls(gr.File(label="trace", elem_id="trace-file"))
         table_file = gr.File(label="table")
     _share_box(trace_file, api_name="share")
     controls = {"variant": variant, "backend": backend, **vars(shape)}
@@ -275,7 +275,7 @@ def _analyze_tab() -> None:
         "Upload a Chrome trace from `torch.profiler` (`export_chrome_trace` or `tensorboard_trace_handler`), "
         "recorded on CUDA, ROCm or CPU."
     )
-    upload = TraceFile(label="trace (.json or .json.gz)", file_types=[".json", ".gz"], elem_id="upload")
+    upload = refusing_urls(gr.File(label="trace (.json or .json.gz)", file_types=[".json", ".gz"], elem_id="upload"))
     button = gr.Button("Analyze", variant="primary")
     with gr.Row(equal_height=False):
         gpu = gr.Markdown(elem_id="gpu-card", latex_delimiters=[])

@@ -260,21 +260,19 @@ class FairUse:
         return client_key(headers, (peer.host, peer.port) if peer else None, self.trust_proxy)
 
 
-class TraceFile(gr.File):
-    """A file input that takes uploads only: a FileData whose path is a URL is refused before any download.
+def refusing_urls(component: gr.File, field: str = "trace") -> gr.File:
+    """`component`, made to refuse a FileData whose path is a URL before any download.
 
     Gradio would fetch such a URL whole, into memory, before a handler's type or size check (an API or
-    MCP caller can send one; an 800 MiB body cost +1.8 GB). This app has no use for remote files.
+    MCP caller can send one; an 800 MiB body cost +1.8 GB). This app has no use for remote files. (Not
+    a subclass: Gradio writes a `.pyi` stub beside any module that defines a component class.)
     """
+    move = component.async_move_resource_to_block_cache
 
-    def __init__(self, *args: Any, field: str = "trace", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.field = field
-
-    def get_block_name(self) -> str:
-        return "file"  # Gradio's own File front end
-
-    async def async_move_resource_to_block_cache(self, url_or_file_path: str | Path | None) -> str | None:
+    async def uploads_only(url_or_file_path: str | Path | None) -> str | None:
         if isinstance(url_or_file_path, str) and url_or_file_path.lower().startswith(("http://", "https://")):
-            raise gr.Error(f"{self.field}: upload the file; this app does not fetch URLs", print_exception=False)
-        return await super().async_move_resource_to_block_cache(url_or_file_path)
+            raise gr.Error(f"{field}: upload the file; this app does not fetch URLs", print_exception=False)
+        return await move(url_or_file_path)
+
+    component.async_move_resource_to_block_cache = uploads_only  # type: ignore[method-assign]
+    return component
