@@ -2,12 +2,15 @@
 
 Needs only torch and pandas (no gradio, no plotly), so it runs on a bare GPU image.
 Exit status: 0 done, 2 bad input (a message naming the field), 1 a run that started and failed.
+Every string printed from a trace goes through `plain` first: a name carrying `ESC ] 0 ;` or
+`ESC [ 2 J` would otherwise retitle, clear or recolour the user's terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +25,18 @@ PRACTICE_FIELDS = ("mode", "kv_heads", "q_len", "mask", "window", "valid_len")
 KERNEL_ROWS = 20  # kernels printed by `analyze`
 KERNEL_NAME_WIDTH = 70
 QUIET_KEYS = ("insights", "per_forward_ops", "per_forward_kernels", "per_backward_kernels", "gpus")
+# Whole terminal sequences, 7- and 8-bit: CSI (`ESC [`, 0x9b) up to its final byte; OSC, DCS, SOS,
+# PM and APC strings up to their terminator (BEL or ST), or to the end when it never comes, as a
+# terminal would swallow them; any other `ESC` with its intermediates and final byte. Possessive
+# throughout, so stripping a hostile name is linear in its length.
+_SEQUENCES = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*+[ -/]*+[@-~]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*+(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*+[0-~]?"
+)
+# What is left of C0, DEL and C1: dropped; the whitespace among them becomes a space, so a name
+# stays one line and one cell (the CLI's own newlines and tabs are written after this).
+_CONTROLS = {c: None for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {ord(c): " " for c in "\t\n\v\f\r"}
 
 
 class UsageError(ValueError):
@@ -95,14 +110,39 @@ def trace_dir(args: argparse.Namespace) -> str:
     return str(path)
 
 
+def plain(text: str) -> str:
+    """`text` without terminal control: no escape sequence, no C0 or C1 control, no DEL."""
+    return _SEQUENCES.sub("", text).translate(_CONTROLS)
+
+
+def _plain(value: Any) -> Any:
+    """`value` with every string in it (keys too, inside lists and dicts) made `plain`."""
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _plain_table(table: Any, **to_string: Any) -> str:
+    """A DataFrame's `to_string`, its text cells, index and headers made `plain` first."""
+    table = table.map(lambda v: plain(v) if isinstance(v, str) else v).rename(index=_plain, columns=_plain)
+    return table.to_string(**to_string)
+
+
 def _print(summary: Any, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(summary, indent=2, default=str))
+    summary = _plain(summary)
+    if as_json:  # json escapes controls anyway; a reader that prints the decoded value gets them plain too
+        print(json.dumps(summary, indent=2, default=lambda v: plain(str(v))))
         return
     for row in summary if isinstance(summary, list) else [summary]:
         for key, value in row.items():
             if key not in QUIET_KEYS:
-                print(f"{key:>26}: {value}")
+                print(plain(f"{key:>26}: {value}"))  # again: str() of an object the walk above left alone
         for text in row.get("insights", []):
             print(f"  - {text}")
         print()
@@ -119,7 +159,7 @@ def _run(args: argparse.Namespace) -> None:
         print(f"trace: {result.trace_path}\ntable: {result.table_path}")
         if len(result.kernel_table):
             columns = ["name", "per forward", "total (us)", "meaning"]
-            print(result.kernel_table[columns].to_string(max_colwidth=KERNEL_NAME_WIDTH))
+            print(_plain_table(result.kernel_table[columns], max_colwidth=KERNEL_NAME_WIDTH))
 
 
 def _compare(args: argparse.Namespace) -> None:
@@ -130,7 +170,7 @@ def _compare(args: argparse.Namespace) -> None:
     if args.json:
         _print(rows, True)
     else:
-        print(compare_table(rows).drop(columns="what the trace revealed").to_string(index=False))
+        print(_plain_table(compare_table(rows).drop(columns="what the trace revealed"), index=False))
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -153,7 +193,7 @@ def _analyze(args: argparse.Namespace) -> None:
     _print(dict(analysis.summary), args.json)
     if not args.json and len(analysis.kernel_table):
         columns = ["name", "count", "total (us)", "meaning"]
-        print(analysis.kernel_table[columns].head(KERNEL_ROWS).to_string(max_colwidth=KERNEL_NAME_WIDTH))
+        print(_plain_table(analysis.kernel_table[columns].head(KERNEL_ROWS), max_colwidth=KERNEL_NAME_WIDTH))
 
 
 COMMANDS = {"run": _run, "compare": _compare, "sweep": _sweep, "analyze": _analyze}
@@ -164,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         COMMANDS[args.command](args)
     except (SpecError, TraceError, UsageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {plain(str(exc))}", file=sys.stderr)
         return 2
     except RuntimeError as exc:  # RunError and friends: the run started and failed
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {plain(str(exc))}", file=sys.stderr)
         return 1
     return 0
 

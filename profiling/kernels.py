@@ -1,7 +1,14 @@
-"""Kernel-name decoder: a regex table kept as data, turning mangled names into meaning.
+r"""Kernel-name decoder: a regex table kept as data, turning mangled names into meaning.
 
 Each matching row adds one phrase; `{group}` placeholders are filled from the regex's named
 groups. Order matters only for the order of the phrases.
+
+Every regex runs in time linear in the name (tests/profiling/test_names.py): names come from
+uploads, and one backtracking pattern held the GIL for 28 s on a 100,000-digit name. So no two
+quantifiers may trade characters: digit runs are possessive (`\d++`), a run is entered only at its
+start (`(?<!\d)`), and a row that needs "A, then later B" commits to the first A of the line or
+word (`(?>...)`) instead of retrying B's scan from every later A. Names are also cut to
+`MAX_NAME_CHARS` before decoding (profiling/names.py).
 """
 
 from __future__ import annotations
@@ -9,6 +16,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+
+from profiling.names import cut_name
 
 
 @dataclass(frozen=True)
@@ -22,7 +31,8 @@ class Pattern:
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
-        r"cudnn_generated_fort_native_sdpa.*?_knob_(?P<knob>\d+)_(?P<tile>\d+x\d+x\d+)",
+        # The first prefix of each line, then its first knob: what `prefix.*?_knob_...` finds, in one pass.
+        r"(?m:^)(?>.*?cudnn_generated_fort_native_sdpa).*?_knob_(?P<knob>\d++)_(?P<tile>\d++x\d++x\d++)",
         "cudnn-attention",
         "cuDNN generated fused attention (engine knob {knob}, tile {tile})",
         True,
@@ -37,13 +47,18 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(r"flash_fwd_splitkv", "flash-attention", "FlashAttention-2 split-KV forward (decode-style)", True),
     Pattern(
-        r"fmha_cutlassF_(?P<dtype>bf16|f16|f32)(?P<aligned>_aligned)?_(?P<tile>\d+x\d+)(?P<rf>_rf)?",
+        r"fmha_cutlassF_(?P<dtype>bf16|f16|f32)(?P<aligned>_aligned)?_(?P<tile>\d++x\d++)(?P<rf>_rf)?",
         "efficient-attention",
         "xformers/cutlass memory-efficient attention ({dtype}, tile {tile})",
         True,
     ),
-    Pattern(r"fmha_cutlassF_\w*_aligned", "efficient-attention", "aligned loads (head_dim a multiple of 8)"),
-    Pattern(r"fmha_cutlassF_\w*_rf_", "efficient-attention", "rf: output accumulated in the register file"),
+    # `fmha_cutlassF_\w*_aligned`, from the first prefix of each word only.
+    Pattern(
+        r"(?<!\w)(?>\w*?fmha_cutlassF_)\w*_aligned", "efficient-attention", "aligned loads (head_dim a multiple of 8)"
+    ),
+    Pattern(
+        r"(?<!\w)(?>\w*?fmha_cutlassF_)\w*_rf_", "efficient-attention", "rf: output accumulated in the register file"
+    ),
     Pattern(r"scudnn", "conv", "FP32 cuDNN convolution (CUDA cores, no tensor cores)", False),
     Pattern(r"(?P<mma>[sh]16816|s1688|h1688|s884|h884)", "gemm", "tensor-core MMA {mma} (bf16/fp16 inputs)", True),
     Pattern(r"wgmma|hgmma|_gmma_", "gemm", "Hopper warpgroup MMA (wgmma) on tensor cores", True),
@@ -56,7 +71,10 @@ PATTERNS: tuple[Pattern, ...] = (
         False,
     ),
     Pattern(r"splitKreduce", "gemm", "split-K reduction of a GEMM"),
-    Pattern(r"(?P<tile>\d+x\d+)_ldg\d+|_(?P<ctile>\d+x\d+)_\d+x\d+_tn", "gemm", "threadblock tile {tile}{ctile}"),
+    # A tile starts where its digit run does, as the leftmost match always did; `_ldg\d` finds what `_ldg\d+` did.
+    Pattern(
+        r"(?<!\d)(?P<tile>\d++x\d++)_ldg\d|_(?P<ctile>\d++x\d++)_\d++x\d++_tn", "gemm", "threadblock tile {tile}{ctile}"
+    ),
     Pattern(r"triu_tril_kernel", "mask", "builds a triangular (causal) mask: triu/tril"),
     Pattern(r"softmax_warp_forward", "softmax", "warp-per-row softmax (rows up to 1024 wide)"),
     Pattern(r"cunn_SoftMaxForward", "softmax", "block-per-row softmax"),
@@ -116,9 +134,14 @@ class KernelInfo:
         return "; ".join(parts)
 
 
-@functools.lru_cache(maxsize=4096)
 def decode(name: str) -> KernelInfo:
     """What a kernel (or memcpy/memset) name says about the work it does."""
+    return _decode(cut_name(name))  # cut before the cache: it holds 4,096 names of at most 4 kB each
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode(name: str) -> KernelInfo:
+    """`decode` of a name already cut; cached per name, as a trace repeats its kernels thousands of times."""
     phrases: list[str] = []
     family = "other"
     tensor_cores: bool | None = None

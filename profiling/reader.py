@@ -7,7 +7,8 @@ The pipeline, one chunk at a time; the list of all events never exists:
    `MAX_DEPTH`, cuts the `traceEvents` array into batches of whole events and keeps the rest of
    the document (deviceProperties, displayTimeUnit, ...) as a small "skeleton";
 4. each batch parsed by orjson (the stdlib `json` without it) and turned into numpy columns;
-   only the fields and `args` keys the analysis reads are kept.
+   only the fields and `args` keys the analysis reads are kept, and names are cut to
+   `MAX_NAME_CHARS` (profiling/names.py) before anything else sees them.
 
 Parser choice, measured by `bench/readers.py` (2 cores, 2026-12-02, other jobs running), 105 MiB
 synthetic trace (x MiB gzip, 360k events), seconds / peak RSS of a child process:
@@ -31,6 +32,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from profiling.names import cut_name
 
 try:  # orjson parses several times faster; the stdlib keeps the CLI working on a bare torch install
     import orjson
@@ -375,6 +378,9 @@ OBJECT_ARGS = {
 # args key spellings: the one the analysis reads, and the older one (torch 1.8-1.9) read where it is missing.
 OLD_ARG_SPELLINGS = {"External id": "external id", "Input Dims": "Input dims"}
 TEXT_FIELDS = ("name", "cat", "ph")
+# Names are cut here, once per distinct name, so no regex, cache, groupby or table downstream ever
+# sees more than MAX_NAME_CHARS of one (profiling/names.py).
+_TEXT_CUTS: dict[str, Callable[[str], str]] = {"name": cut_name}
 COLUMNS = ["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", *NUMERIC_ARGS.values(), *OBJECT_ARGS.values()]
 _OBJECT_COLUMNS = {*TEXT_FIELDS, "pid", "tid", *OBJECT_ARGS.values()}
 _NONE = type(None)
@@ -417,7 +423,7 @@ class Columns:
         self.skipped += len(batch) - len(events)
         if not events:
             return
-        text = {field: self._texts(_field(events, field)) for field in TEXT_FIELDS}
+        text = {field: self._texts(_field(events, field), _TEXT_CUTS.get(field, str)) for field in TEXT_FIELDS}
         ts, dur = _times(_field(events, "ts")), _times(_field(events, "dur"))
         complete, metadata = text["ph"] == "X", text["ph"] == "M"
         # Metadata ("M") events carry no time; every other usable event needs a finite start, and a
@@ -489,10 +495,10 @@ class Columns:
             out[present] = np.fromiter(map(known.__getitem__, keys), dtype=object, count=len(keys))
         return out
 
-    def _texts(self, values: list[Any]) -> np.ndarray:
+    def _texts(self, values: list[Any], text: Callable[[str], str]) -> np.ndarray:
         if not set(map(type, values)) <= _PLAIN_TEXTS:  # numbers, bools, lists: only strings are names
             values = [v if type(v) is str else None for v in values]
-        return self._interned(values, "", str)
+        return self._interned(values, "", text)
 
     def _lanes(self, values: list[Any]) -> np.ndarray:
         # A lane is its id's text: 1 and 1.0 are different lanes, as their text says. A bool or a

@@ -23,6 +23,8 @@ OLD_SPELLINGS = {
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCHES = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
 SLACK_US = 1e-3
+# README: a name over 4 kB is cut at load to its first 4,095 characters and "…".
+NAME_CHARS = 4096
 
 
 def raw_events(path: str | Path) -> list[dict]:
@@ -35,6 +37,8 @@ def raw_events(path: str | Path) -> list[dict]:
         if not isinstance(e, dict) or e.get("ph") != "X" or not e.get("name"):
             continue
         e = dict(e)
+        if isinstance(e["name"], str) and len(e["name"]) > NAME_CHARS:
+            e["name"] = e["name"][: NAME_CHARS - 1] + "…"
         e["cat"] = OLD_SPELLINGS.get(e.get("cat"), e.get("cat"))
         if e["cat"] == "cpu_op" and e["name"].startswith("ProfilerStep#"):
             e["cat"] = "user_annotation"

@@ -36,8 +36,14 @@ TODAY = {
     "kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "runtime": "cuda_runtime",
     "driver": "cuda_driver", "operator": "cpu_op", "python": "python_function", "async": "ac2g",
     "hip_runtime": "cuda_runtime", "hip_driver": "cuda_driver",
+    # Other accelerators' launch categories (Kineto's MTIA_RUNTIME, XPU_*, PRIVATEUSE1_*), read as CUDA's.
+    "mtia_runtime": "cuda_runtime", "xpu_runtime": "cuda_runtime", "xpu_driver": "cuda_driver",
+    "privateuse1_runtime": "cuda_runtime", "privateuse1_driver": "cuda_driver",
 }  # fmt: skip
 OLD_ARG_KEYS = {"External id": "external id", "Input Dims": "Input dims"}
+# README: a name over 4 kB is cut at load to its first 4,095 characters and "…" (a100_simple_add holds a
+# real 5,123-character kernel name).
+NAME_CHARS = 4096
 
 
 def _document(path: Path) -> Any:
@@ -59,6 +65,11 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _name(value: Any) -> str:
+    text = _text(value)
+    return text if len(text) <= NAME_CHARS else text[: NAME_CHARS - 1] + "…"
+
+
 def _lane(value: Any) -> str:
     return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "?"
 
@@ -77,14 +88,16 @@ def reference_rows(document: Any) -> tuple[list[dict], int]:
         if not isinstance(event, dict):
             skipped += 1
             continue
-        ph, name, ts, dur = _text(event.get("ph")), _text(event.get("name")), event.get("ts"), event.get("dur")
+        ph, name, ts, dur = _text(event.get("ph")), _name(event.get("name")), event.get("ts"), event.get("dur")
         ts, dur = _time(ts), _time(dur) if ph == "X" else 0.0
         usable = ph == "M" or (not math.isnan(ts) and (ph != "X" or (dur >= 0 and name != "")))
         if not usable:
             skipped += 1
             continue
         cat = TODAY.get(_text(event.get("cat")).lower(), _text(event.get("cat")))
-        if cat == "cpu_op" and name.startswith(("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)#")):
+        if cat == "cpu_op" and name.startswith(
+            ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)#", "enumerate(DataPipe)#")
+        ):
             cat = "user_annotation"  # torch's own record_function ranges, recorded as ops before torch 1.10
         args = event["args"] if isinstance(event.get("args"), dict) else {}
         row = {"name": name, "cat": cat, "ph": ph, "ts": ts, "dur": 0.0 if math.isnan(dur) else dur}
