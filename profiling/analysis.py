@@ -5,23 +5,21 @@ It builds every table, insight and summary once; charts and the app only show it
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from profiling.insights import Insight, find_insights
 from profiling.reader import Progress
 from profiling.runner import BACKWARD, Measurement
-from profiling.step_breakdown import step_breakdown
+from profiling.step_breakdown import POSITION, is_step_name, profiler_steps, step_breakdown
 from profiling.summary import RunSummary, TraceSummary, run_summary, trace_summary
 from profiling.tables import kernel_table, op_table_from_trace
 from profiling.trace import Trace, load_trace
 from profiling.windows import FORWARD, WindowStats, annotations, step_table, window_stats, window_table
 
-# A step number of more digits is not a profiler step (and would pass Python's int digit limit).
-STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")
 MAX_ANNOTATIONS = 30  # annotation names in the annotations table, the longest in total first
 MAX_STEPS = 500  # rows of the steps table; the summary still counts every step
 
@@ -32,7 +30,7 @@ class Analysis:
 
     trace: Trace
     forwards: WindowStats | None  # the `attn_fwd` windows, where the trace has them
-    step_windows: pd.DataFrame  # the profiler steps' annotation events, in time order
+    step_windows: pd.DataFrame  # the first MAX_STEPS profiler steps (`profiler_steps`), in time order
     op_table: pd.DataFrame
     kernel_table: pd.DataFrame
     steps: pd.DataFrame
@@ -41,24 +39,30 @@ class Analysis:
     summary: RunSummary | TraceSummary
 
 
-def step_names(trace: Trace) -> tuple[list[str], list[str]]:
-    """Profiler step names in step order (at most MAX_STEPS), and the other annotation names by total time."""
+def annotation_names(trace: Trace) -> tuple[pd.Index, list[str]]:
+    """Every annotation name, and the MAX_ANNOTATIONS longest in total that are not profiler steps (ties in
+    file order). One factorization and no per-name work past those: a trace may hold 160k distinct names."""
     marks = annotations(trace)
-    by_time = marks.groupby("name")["dur"].sum().sort_values(ascending=False)
-    numbered = {name: int(m.group(1)) for name in by_time.index if (m := STEP.match(name))}
-    steps = sorted(numbered, key=numbered.__getitem__)
-    others = [name for name in by_time.index if name not in numbered]
-    return steps, others
+    codes, names = pd.factorize(marks["name"].to_numpy())
+    named = codes >= 0
+    total = np.bincount(codes[named], weights=np.nan_to_num(marks["dur"].to_numpy()[named]), minlength=len(names))
+    longest = []
+    for name in np.asarray(names, dtype=object)[np.argsort(-total, kind="stable")]:
+        if len(longest) == MAX_ANNOTATIONS:
+            break
+        if not is_step_name(str(name)):
+            longest.append(str(name))
+    return pd.Index(names), longest
 
 
 def analyze(trace: Trace, run: Measurement | None = None, progress: Progress | None = None) -> Analysis:
     """Tables, insights and the summary of `trace`; `run` adds what our runner measured beside it."""
     report = progress or (lambda fraction, message: None)
-    steps, others = step_names(trace)
+    steps, (names, longest) = profiler_steps(trace), annotation_names(trace)
     report(0.1, "finding the forwards")
     device = run.spec.device if run else None
-    forwards = window_stats(trace, FORWARD, device) if FORWARD in others else None
-    backward = window_stats(trace, BACKWARD, device) if BACKWARD in others else None
+    forwards = window_stats(trace, FORWARD, device) if FORWARD in names else None
+    backward = window_stats(trace, BACKWARD, device) if BACKWARD in names else None
     scope = forwards or window_stats(trace, None, device)
     report(0.3, "building the kernel and op tables")
     kernels = kernel_table(trace, forwards)
@@ -68,14 +72,13 @@ def analyze(trace: Trace, run: Measurement | None = None, progress: Progress | N
     summary: RunSummary | TraceSummary = (
         run_summary(run, trace, scope, backward, ops)
         if run
-        else trace_summary(trace, forwards, len(steps), len(steps) + len(others), breakdown)
+        else trace_summary(trace, forwards, len(steps), len(names), breakdown)
     )
     report(0.7, "finding insights")
     insights = find_insights(trace, scope, kernels, run.spec if run else None, summary if run else None, backward)
     summary["insights"] = [i.text for i in insights]
     report(0.8, "per-step and per-annotation tables")
-    marks = annotations(trace)
-    step_windows = marks[marks["name"].isin(steps[:MAX_STEPS])].sort_values("ts")
+    step_windows = steps.head(MAX_STEPS)
     return Analysis(
         trace=trace,
         forwards=forwards,
@@ -83,17 +86,17 @@ def analyze(trace: Trace, run: Measurement | None = None, progress: Progress | N
         op_table=ops,
         kernel_table=kernels,
         steps=with_breakdown(step_table(trace, step_windows), breakdown.per_step),
-        annotations=window_table(trace, others[:MAX_ANNOTATIONS]),
+        annotations=window_table(trace, longest),
         insights=insights,
         summary=summary,
     )
 
 
 def with_breakdown(steps: pd.DataFrame, per_step: pd.DataFrame) -> pd.DataFrame:
-    """The steps table with each step's plugin-defined time and breakdown (µs) beside it."""
+    """The steps table with each step's plugin-defined time and breakdown (µs) beside it, matched by position."""
     if per_step.empty:
         return steps
-    return steps.merge(per_step, on="step", how="left")
+    return steps.merge(per_step.drop(columns="step"), on=POSITION, how="left", validate="one_to_one")
 
 
 READ_SHARE = 0.6  # of a file's analysis progress: streaming it; the analysis takes the rest

@@ -1,13 +1,16 @@
 """Plotly figures. The only module that imports plotly; compute stays in tables/insights.
 
 The timeline draws one lane per CPU thread (ops stacked by depth) and one per GPU stream.
-It stays light whatever the trace size: past `MAX_BARS`, events that share a lane, depth
-and time bucket are merged into one bar, and the title says how many were merged.
+It stays light whatever the trace size: past `MAX_LANES` lanes the quietest share one "others"
+lane; past `MAX_BARS`, events that share a lane, depth and time bucket are merged into one bar;
+hover text is cut to a budget; the title says what was merged.
 """
 
 from __future__ import annotations
 
 import html
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,9 +18,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from profiling import intervals as iv
 from profiling.analysis import Analysis
 from profiling.kernels import decode
-from profiling.structure import structure
+from profiling.step_breakdown import POSITION
+from profiling.structure import lane_codes, structure
 from profiling.trace import GPU_ACTIVITY, Trace
 from profiling.windows import FORWARD
 
@@ -29,6 +34,16 @@ HOVER_NAME = 120  # characters of a name in hover text
 HOVER_SHAPES = 120
 HOVER_MEANING = 160
 MERGED_NAME = 80
+LANE_NAME = 120  # characters of a lane's label
+MIN_CUT = 8  # the shortest a name is cut to, however tight the hover budget
+MAX_LANES = 40  # lanes drawn on their own, the busiest; the rest share one "others" lane
+MAX_CATEGORIES = 12  # legend entries, the commonest categories; the rest share one
+OTHER_CATEGORIES = "other categories"
+ROW_HEIGHT = 28  # px per row of a lane
+MAX_HEIGHT = 6000  # px; past it the rows get thinner
+HOVER_BUDGET = 600_000  # bytes of hover text in the figure's JSON, so that the figure stays under 1 MB
+# Tried in turn until the hover text fits HOVER_BUDGET: (share of each name's limit, whether to give the details).
+HOVER_LEVELS = ((1.0, True), (0.25, True), (0.0625, False))
 FOCUS_PAD = 0.05  # of the first forward's span, on each side
 COLORS = {
     "user_annotation": "#9e9e9e",
@@ -53,15 +68,26 @@ def text(value: Any, limit: int) -> str:
     return html.escape(raw if len(raw) <= limit else raw[: limit - 1] + "…")
 
 
-def _hover(row: Any) -> str:
-    hover = f"<b>{text(row.name, HOVER_NAME)}</b><br>{text(row.cat, HOVER_NAME)} · {row.dur:.1f} µs"
+def _cut(limit: int, scale: float) -> int:
+    return max(MIN_CUT, int(limit * scale))
+
+
+def _hover(row: Any, scale: float, full: bool) -> str:
+    """One event's hover text; `scale` shortens every name, and without `full` only its name, category and time."""
+    hover = (
+        f"<b>{text(row.name, _cut(HOVER_NAME, scale))}</b><br>{text(row.cat, _cut(HOVER_NAME, scale))}"
+        f" · {row.dur:.1f} µs"
+    )
+    if not full:
+        return hover
+    shapes = _cut(HOVER_SHAPES, scale)
     if isinstance(row.input_dims, list) and row.input_dims:
-        hover += f"<br>shapes: {text(row.input_dims, HOVER_SHAPES)}"
+        hover += f"<br>shapes: {text(row.input_dims, shapes)}"
     if row.cat == "kernel":
         hover += (
-            f"<br>grid {text(row.grid, HOVER_SHAPES)} block {text(row.block, HOVER_SHAPES)} · "
+            f"<br>grid {text(row.grid, shapes)} block {text(row.block, shapes)} · "
             f"{row.registers:.0f} regs/thread · occupancy {row.occupancy:.0f}%"
-            f"<br>{text(decode(str(row.name)).summary, HOVER_MEANING)}"
+            f"<br>{text(decode(str(row.name)).summary, _cut(HOVER_MEANING, scale))}"
         )
     if row.cat == "gpu_memcpy" and row.bytes == row.bytes:
         hover += f"<br>{row.bytes:.0f} bytes"
@@ -71,35 +97,62 @@ def _hover(row: Any) -> str:
 TIMELINE_COLUMNS = ("name", "cat", "ts", "end", "dur", "pid", "tid")  # what merged bars are drawn from
 
 
-def _lanes(events: pd.DataFrame) -> tuple[pd.Series, list[tuple[str, int]]]:
-    """Each event's lane label, and the lanes in display order: CPU threads first, then streams.
+@dataclass
+class Lanes:
+    """The timeline's lanes: each event's `lane` column indexes `names`, its `origin` column `labels`."""
 
-    Kineto puts device work under the device's pid, with one tid per stream (sync events too),
-    so a lane is a GPU lane when its pid is one that ran GPU activity.
+    names: list[str]  # display order: CPU threads, GPU streams, then the "others" lane where lanes were merged
+    rows: list[int]  # rows of each lane (its deepest event's depth + 1)
+    labels: np.ndarray  # the label of every lane of the trace, its own lane for an event merged into "others"
+    others: int | None  # the position of the "others" lane in `names`; None where every lane is drawn
+
+    @property
+    def merged(self) -> int:
+        return 0 if self.others is None else len(self.labels) - self.others
+
+
+def _lane_labels(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's lane label, as a code into the labels: `GPU <pid> stream <tid>` or `CPU thread <tid>`.
+
+    Kineto puts device work under the device's pid, with one tid per stream (sync events too), so
+    a lane is a GPU lane when its pid is one that ran GPU activity. Labels are made once per lane,
+    not per event; lanes that share a label share a lane, as CPU threads of one tid in two processes.
     """
-    gpu_pids = set(events.loc[events["cat"].isin(GPU_ACTIVITY), "pid"])
-    on_gpu = events["pid"].isin(gpu_pids)
-    pid, tid = events["pid"].map(lambda v: text(v, HOVER_NAME)), events["tid"].map(lambda v: text(v, HOVER_NAME))
-    label = np.where(on_gpu, "GPU " + pid + " stream " + tid, "CPU thread " + tid)
-    label = pd.Series(label, index=events.index)
-    rows = events.groupby(label)["depth"].max().clip(upper=MAX_DEPTH)
-    order = sorted(rows.index, key=lambda lane: (lane.startswith("GPU"), lane))
-    return label, [(lane, int(rows[lane]) + 1) for lane in order]
+    per_lane, _ = pd.factorize(lane_codes(trace)[ev.index.to_numpy()])
+    # factorize numbers lanes in order of first appearance: where the running maximum rises, a lane begins.
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(per_lane), prepend=-1) > 0)
+    pid, tid = ev["pid"].to_numpy()[first], ev["tid"].to_numpy()[first]
+    gpu_pids = set(ev["pid"].to_numpy()[ev["cat"].isin(GPU_ACTIVITY).to_numpy()])
+    on_gpu = pd.Series(pid, dtype=object).isin(gpu_pids).to_numpy()
+    labels = [f"GPU {p} stream {t}" if g else f"CPU thread {t}" for p, t, g in zip(pid, tid, on_gpu, strict=True)]
+    codes, names = pd.factorize(pd.Series(labels, dtype=object))
+    return codes[per_lane], np.asarray(names, dtype=object)
+
+
+def _assign_lanes(trace: Trace, ev: pd.DataFrame) -> tuple[pd.DataFrame, Lanes]:
+    """The MAX_LANES busiest lanes (by the union of their events' time) drawn alone, the rest merged into one."""
+    origin, labels = _lane_labels(trace, ev)
+    kept = np.arange(len(labels))
+    if len(labels) > MAX_LANES:
+        busy = iv.busy_per_group(origin, ev["ts"].to_numpy(), ev["end"].to_numpy(), len(labels))
+        kept = np.argsort(-busy, kind="stable")[:MAX_LANES]
+    kept = sorted(kept, key=lambda i: (labels[i].startswith("GPU"), labels[i]))
+    names, others = [str(labels[i]) for i in kept], None
+    position = np.full(len(labels), len(kept), dtype=np.int64)
+    position[kept] = np.arange(len(kept))
+    if len(kept) < len(labels):
+        others = len(kept)
+        names.append(f"others ({len(labels) - len(kept):,} quieter lanes)")
+    lane = position[origin]
+    deepest = pd.Series(ev["depth"].to_numpy()).groupby(lane).max().reindex(range(len(names)), fill_value=0)
+    return ev.assign(lane=lane, origin=origin), Lanes(names, (deepest + 1).tolist(), labels, others)
 
 
 def _merge(events: pd.DataFrame, max_bars: int) -> tuple[pd.DataFrame, int]:
     """Merge events per (lane, depth, time bucket) until at most `max_bars` remain."""
     if len(events) <= max_bars:
         return events.assign(merged=1), 0
-    span = float(events["end"].max() - events["ts"].min()) or 1.0
-    buckets = max_bars
-    while True:
-        bucket = ((events["ts"] - events["ts"].min()) / span * buckets).astype(np.int64)
-        keys = [events["lane"], events["depth"], bucket]
-        groups = events.groupby(keys, sort=False)
-        if groups.ngroups <= max_bars or buckets <= 1:
-            break
-        buckets //= 2
+    groups = events.groupby(_merge_keys(events, max_bars), sort=False)
     merged = groups.agg(
         name=("name", "first"),
         cat=("cat", "first"),
@@ -107,14 +160,40 @@ def _merge(events: pd.DataFrame, max_bars: int) -> tuple[pd.DataFrame, int]:
         end=("end", "max"),
         dur=("dur", "sum"),
         merged=("name", "size"),
+        lane=("lane", "first"),
+        depth=("depth", "first"),
+        origin=("origin", "first"),
     ).reset_index(drop=True)
-    merged["lane"] = groups["lane"].first().to_numpy()
-    merged["depth"] = groups["depth"].first().to_numpy()
     return merged, int(len(events) - len(merged))
 
 
+def _merge_keys(events: pd.DataFrame, max_bars: int) -> np.ndarray:
+    """A key per (lane, depth, time bucket), with the finest power-of-two buckets that leave at most `max_bars` keys.
+
+    Halving power-of-two buckets is a right shift of the key, so one sort counts the keys at every
+    coarseness (a groupby per try cost a pass over millions of events each).
+    """
+    levels = max(0, int(max_bars).bit_length() - 1)  # 2**levels buckets at the finest, no more than max_bars
+    t0 = float(events["ts"].min())
+    span = float(events["end"].max() - t0) or 1.0
+    fraction = np.nan_to_num((events["ts"].to_numpy() - t0) / span)
+    bucket = np.clip((fraction * 2**levels).astype(np.int64), 0, 2**levels - 1)
+    row = events["lane"].to_numpy() * (MAX_DEPTH + 1) + events["depth"].to_numpy()
+    fine = (row << levels) + bucket
+    ordered = np.sort(fine)
+    for shift in range(levels + 1):
+        coarse = ordered >> shift
+        if 1 + np.count_nonzero(coarse[1:] != coarse[:-1]) <= max_bars:
+            break
+    return fine >> shift
+
+
 def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
-    """CPU and GPU lanes, colour by category, the first forward (and its GPU work) in view at first."""
+    """CPU and GPU lanes, colour by category, the first forward (and its GPU work) in view at first.
+
+    Bounded whatever the trace: at most MAX_LANES lanes and an "others" lane, `max_bars` bars
+    (when the lanes and depths alone fit), HOVER_BUDGET bytes of hover text and MAX_HEIGHT pixels.
+    """
     trace = analysis.trace
     ev = _timed_events(trace, max_bars)
     fig = go.Figure()
@@ -122,32 +201,40 @@ def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
         fig.update_layout(title="No timed events in this trace")
         return fig
     t0 = float(ev["ts"].min())
-    label, lanes = _lanes(ev)
-    ev = ev.assign(lane=label)
-    base_row, ticks, rows = _lane_rows(lanes)
+    ev, lanes = _assign_lanes(trace, ev)
+    base_row, rows = _lane_rows(lanes.rows)
     # Draw the longest first: with a bar budget, long bars are what a reader needs to see.
     ev = ev.sort_values("dur", ascending=False)
     drawn, merged = _merge(ev, max_bars)
-    drawn = drawn.assign(y=drawn["lane"].map(base_row) + drawn["depth"])
+    drawn = drawn.assign(y=base_row[drawn["lane"].to_numpy()] + drawn["depth"].to_numpy())
     # Microsecond kernels in a seconds-long trace would be invisible: draw at least a sliver
     # (hover still gives the true duration).
     min_width = max(1e-3, float(ev["end"].max() - t0) / MIN_WIDTH_FRACTION)
-    _add_bars(fig, drawn, _hovers(ev, drawn, merged), t0, min_width)
+    # Only a trace small enough to be drawn whole kept every column (`_timed_events`) for the full hover.
+    _add_bars(fig, drawn, _hovers(drawn, lanes, detailed=len(ev) <= max_bars), t0, min_width)
     _mark_windows(fig, analysis, t0)
-    title = f"{text(trace.source, HOVER_NAME)}: {len(ev):,} events"
-    if merged:
-        title += f" ({merged:,} merged into {len(drawn):,} bars to stay responsive; the tables keep every event)"
     fig.update_layout(
-        title=title,
+        title=_title(trace, len(ev), len(drawn), merged, lanes),
         barmode="overlay",
         xaxis_title="time since trace start (ms)",
-        yaxis=dict(tickvals=[t for t, _ in ticks], ticktext=[n for _, n in ticks], autorange="reversed"),
-        height=max(360, 28 * rows + 140),
+        yaxis=dict(
+            tickvals=base_row.tolist(), ticktext=[text(n, LANE_NAME) for n in lanes.names], autorange="reversed"
+        ),
+        height=min(MAX_HEIGHT, max(360, ROW_HEIGHT * rows + 140)),
         legend=dict(title="category", orientation="h", yanchor="bottom", y=1.0, x=0),
         margin=dict(l=10, r=10, t=90, b=40),
     )
     _focus_first_forward(fig, analysis, t0)
     return fig
+
+
+def _title(trace: Trace, events: int, bars: int, merged: int, lanes: Lanes) -> str:
+    title = f"{text(trace.source, HOVER_NAME)}: {events:,} events"
+    if merged:
+        title += f" ({merged:,} merged into {bars:,} bars to stay responsive; the tables keep every event)"
+    if lanes.others is not None:
+        title += f"; the {lanes.merged:,} quietest of {len(lanes.labels):,} lanes share the last lane"
+    return title
 
 
 def _timed_events(trace: Trace, max_bars: int) -> pd.DataFrame:
@@ -167,42 +254,52 @@ def _timed_events(trace: Trace, max_bars: int) -> pd.DataFrame:
     return ev.assign(depth=np.clip(structure(trace).depth[rows], 0, MAX_DEPTH))
 
 
-def _lane_rows(lanes: list[tuple[str, int]]) -> tuple[dict[str, int], list[tuple[int, str]], int]:
-    """Each lane's first row, the axis ticks, and the rows in all (a blank row between lanes)."""
-    base_row, ticks, row = {}, [], 0
-    for lane, depth in lanes:
-        base_row[lane] = row
-        ticks.append((row, lane))
-        row += depth + 1
-    return base_row, ticks, row
+def _lane_rows(rows: list[int]) -> tuple[np.ndarray, int]:
+    """Each lane's first row, and the rows in all (a blank row after each lane)."""
+    ends = np.cumsum(np.asarray(rows, dtype=np.int64) + 1)
+    return np.concatenate([[0], ends[:-1]]).astype(np.int64), int(ends[-1]) if len(ends) else 0
 
 
-def _hovers(ev: pd.DataFrame, drawn: pd.DataFrame, merged: int) -> pd.Series:
-    exact = drawn["merged"] == 1
-    hover = pd.Series("", index=drawn.index)
-    if exact.any():
-        hover[exact] = (
-            [_hover(r) for r in ev.loc[drawn.index[exact]].itertuples()]
-            if merged == 0
-            else [
-                f"<b>{text(n, HOVER_NAME)}</b><br>{text(c, HOVER_NAME)} · {d:.1f} µs"
-                for n, c, d in zip(drawn["name"][exact], drawn["cat"][exact], drawn["dur"][exact], strict=True)
-            ]
-        )
-    hover[~exact] = [
-        f"<b>{k} events merged</b> (first: {text(n, MERGED_NAME)})<br>{text(c, HOVER_NAME)} · {d:.1f} µs busy"
-        for k, n, c, d in zip(
-            drawn["merged"][~exact], drawn["name"][~exact], drawn["cat"][~exact], drawn["dur"][~exact], strict=True
-        )
-    ]
-    return hover
+def _hovers(drawn: pd.DataFrame, lanes: Lanes, detailed: bool) -> pd.Series:
+    """Hover text per bar, indexed as `drawn`; names cut shorter, then details dropped, until it fits HOVER_BUDGET.
+
+    The budget is counted as JSON writes it (`&quot;` or `\\u20ac` for one character of a name).
+    """
+    for scale, full in HOVER_LEVELS:
+        hover = _hover_texts(drawn, lanes, scale, full and detailed)
+        if sum(len(json.dumps(h)) for h in hover) <= HOVER_BUDGET:
+            break
+    return pd.Series(hover, index=drawn.index)
+
+
+def _hover_texts(drawn: pd.DataFrame, lanes: Lanes, scale: float, full: bool) -> list[str]:
+    name, lane = _cut(MERGED_NAME, scale), _cut(LANE_NAME, scale)
+    texts = []
+    for row in drawn.itertuples():
+        if row.merged == 1:
+            hover = _hover(row, scale, full)
+        else:
+            hover = (
+                f"<b>{row.merged} events merged</b> (first: {text(row.name, name)})"
+                f"<br>{text(row.cat, _cut(HOVER_NAME, scale))} · {row.dur:.1f} µs busy"
+            )
+        if row.lane == lanes.others:  # say whose event it is: the lane's label no longer does
+            hover += f"<br>{'first ' if row.merged > 1 else ''}on {text(lanes.labels[row.origin], lane)}"
+        texts.append(hover)
+    return texts
 
 
 def _add_bars(fig: go.Figure, drawn: pd.DataFrame, hover: pd.Series, t0: float, min_width: float) -> None:
-    for cat, group in drawn.groupby("cat", sort=False):
+    """One plotly trace per category, the MAX_CATEGORIES commonest; the rest share one (a trace per name of a
+    hostile trace's thousands of categories would be thousands of legend entries)."""
+    cats = drawn["cat"].astype(str)
+    shown = cats.value_counts().index[:MAX_CATEGORIES]
+    legend = np.where(cats.isin(shown), pd.Index(shown).get_indexer(cats), len(shown))
+    for code, group in drawn.groupby(legend, sort=False):
+        cat = shown[code] if code < len(shown) else None
         fig.add_trace(
             go.Bar(
-                name=text(cat, HOVER_NAME) or "other",
+                name=(text(cat, HOVER_NAME) or "other") if cat is not None else OTHER_CATEGORIES,
                 base=((group["ts"] - t0) / 1e3).round(4).tolist(),
                 x=((group["end"] - group["ts"]).clip(lower=min_width) / 1e3).round(4).tolist(),
                 y=group["y"].tolist(),
@@ -228,26 +325,29 @@ def _focus_first_forward(fig: go.Figure, analysis: Analysis, t0: float) -> None:
 
 
 def _mark_windows(fig: go.Figure, analysis: Analysis, t0: float) -> None:
-    """Shade `attn_fwd` windows and outline profiler steps (a bounded number of shapes)."""
-    forwards = analysis.forwards.windows.head(MAX_MARKS) if analysis.forwards else []
-    for r in forwards.itertuples() if len(forwards) else ():
-        fig.add_vrect(
-            x0=(r.ts - t0) / 1e3,
-            x1=(r.end - t0) / 1e3,
-            fillcolor="#ffd54f",
-            opacity=0.15,
-            line_width=0,
-            annotation_text=FORWARD,
-            annotation_position="top left",
-        )
-    for r in analysis.step_windows.head(MAX_MARKS).itertuples():
-        fig.add_vline(
-            x=(r.ts - t0) / 1e3,
-            line_dash="dot",
-            line_color="#616161",
-            annotation_text=text(r.name, HOVER_NAME),
-            annotation_position="bottom right",
-        )
+    """Shade `attn_fwd` windows and outline profiler steps (a bounded number of shapes).
+
+    The shapes and their labels are set once: plotly's add_vrect/add_vline validate every shape
+    already there on each call, 4 s for 40 windows.
+    """
+    span = dict(xref="x", yref="y domain", y0=0, y1=1)
+    label = dict(xref="x", yref="y domain", showarrow=False, xanchor="left")
+    shapes, labels = [], []
+    forwards = analysis.forwards.windows.head(MAX_MARKS) if analysis.forwards else None
+    for start, stop in zip(*_ms(forwards, t0), strict=True) if forwards is not None else ():
+        shapes.append(span | dict(type="rect", x0=start, x1=stop, fillcolor="#ffd54f", opacity=0.15, line_width=0))
+        labels.append(label | dict(x=start, y=1, yanchor="top", text=FORWARD))
+    steps = analysis.step_windows.head(MAX_MARKS)
+    for start, name in zip(_ms(steps, t0)[0], steps["name"], strict=True):
+        shapes.append(span | dict(type="line", x0=start, x1=start, line=dict(dash="dot", color="#616161")))
+        labels.append(label | dict(x=start, y=0, yanchor="bottom", text=text(name, HOVER_NAME)))
+    if shapes:
+        fig.update_layout(shapes=shapes, annotations=labels)
+
+
+def _ms(windows: pd.DataFrame, t0: float) -> tuple[list[float], list[float]]:
+    """Start and end of each window in ms since `t0`."""
+    return ((windows["ts"] - t0) / 1e3).tolist(), ((windows["end"] - t0) / 1e3).tolist()
 
 
 COMPARED_METRICS = (
@@ -292,15 +392,25 @@ def compare_chart(rows: list[dict[str, Any]]) -> go.Figure:
     return fig
 
 
+def step_labels(steps: pd.DataFrame) -> list[str]:
+    """The steps' names as axis labels; where a name repeats, each step's position too, so that bars of
+    different steps do not fall into one category. (Step names are `ProfilerStep#<digits>`: no markup.)"""
+    names = steps["step"].astype(str)
+    if names.is_unique or POSITION not in steps:
+        return names.tolist()
+    return [f"{name} @{position}" for name, position in zip(names, steps[POSITION], strict=True)]
+
+
 def window_chart(steps: pd.DataFrame) -> go.Figure:
     """Per profiler step: CPU and device time, side by side."""
     fig = go.Figure()
     if steps.empty:
         fig.update_layout(title="No ProfilerStep#N annotations in this trace")
         return fig
-    fig.add_trace(go.Bar(name="cpu (ms)", x=steps["step"], y=steps["cpu (ms)"]))
+    labels = step_labels(steps)
+    fig.add_trace(go.Bar(name="cpu (ms)", x=labels, y=steps["cpu (ms)"]))
     if steps["device (ms)"].notna().any():
-        fig.add_trace(go.Bar(name="device (ms)", x=steps["step"], y=steps["device (ms)"]))
+        fig.add_trace(go.Bar(name="device (ms)", x=labels, y=steps["device (ms)"]))
     fig.update_layout(barmode="group", title="per profiler step", height=320, margin=dict(l=10, r=10, t=50, b=40))
     return fig
 
@@ -384,7 +494,7 @@ def step_breakdown_chart(steps: pd.DataFrame) -> go.Figure:
     if steps.empty or not roles:
         fig.update_layout(title="No profiler steps to break down", height=200)
         return fig
-    labels = [*map(str, steps["step"]), AVERAGE]
+    labels = [*step_labels(steps), AVERAGE]
     for role in roles:
         values = steps[f"{role} (us)"].astype(float)
         fig.add_trace(

@@ -29,7 +29,12 @@ import pandas as pd
 from profiling import intervals as iv
 from profiling.trace import LAUNCH_CATEGORIES, Trace
 
-STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+# torch numbers steps with a 64-bit counter: more digits (or non-ASCII ones) make an annotation, not a step.
+# Matched whole (`fullmatch`): `$` would accept a trailing newline.
+STEP_NAME = re.compile(r"ProfilerStep#[0-9]{1,18}")
+# Steps are told apart by their place in time order, not by name: a trace may repeat a name (a
+# hostile one, 2,000 times), and joining tables on the name multiplied their rows.
+POSITION = "position"
 CPU_CATEGORIES = ("cpu_op", "user_annotation", "python")  # the plugin's OPERATOR, USER_ANNOTATION, PYTHON
 # trace.py NcclOpNameSet and GlooOpNameSet
 COMMUNICATION_OPS = frozenset(
@@ -44,7 +49,7 @@ TAIL_RATIO = 0.8  # _update_steps_duration: a last step with < 80% of the previo
 
 @dataclass
 class StepBreakdown:
-    """Average step time, average time per role, and one row per step (times in µs)."""
+    """Average step time, average time per role, and one row per step (times in µs), keyed by `position`."""
 
     average_step_time_us: float | None
     breakdown_us: dict[str, float] = field(default_factory=dict)
@@ -71,14 +76,19 @@ def in_categories(trace: Trace, *categories: str) -> np.ndarray:
 
 
 def is_step_name(name: str) -> bool:
-    return STEP_NAME.match(name) is not None
+    return STEP_NAME.fullmatch(name) is not None
 
 
 def profiler_steps(trace: Trace) -> pd.DataFrame:
-    """The host-side `ProfilerStep#N` spans, in time order (a step recorded twice counts once)."""
+    """The host-side `ProfilerStep#N` spans in time order, each with its `position` (0, 1, ...) in that order.
+
+    A step recorded twice (same name, same span) counts once; the same name at another time is
+    another step. Indexed by the events' rows in `trace.events`.
+    """
     mask = in_categories(trace, "user_annotation", "cpu_op") & where_value(trace, "name", is_step_name)
     steps = trace.events.iloc[trace.complete_rows[mask]]
-    return steps.drop_duplicates(["name", "ts"]).sort_values("ts", kind="stable")
+    steps = steps.drop_duplicates(["name", "ts", "end"]).sort_values("ts", kind="stable")
+    return steps.assign(**{POSITION: np.arange(len(steps))})
 
 
 def launch_spans(trace: Trace, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,7 +152,7 @@ def _previous_end(activity: pd.DataFrame, step: np.ndarray, first_step_start: fl
 
 
 def adjusted_steps(trace: Trace) -> pd.DataFrame:
-    """The plugin's steps: `step`, `start`, `end`, `gpu_activities` (cached on the trace)."""
+    """The plugin's steps: `position`, `step`, `start`, `end`, `gpu_activities` (cached on the trace)."""
     if trace.derived.plugin_steps is None:
         trace.derived.plugin_steps = _adjust_steps(trace)
     return trace.derived.plugin_steps
@@ -151,7 +161,7 @@ def adjusted_steps(trace: Trace) -> pd.DataFrame:
 def _adjust_steps(trace: Trace) -> pd.DataFrame:
     steps = profiler_steps(trace)
     if steps.empty:
-        return pd.DataFrame({"step": [], "start": [], "end": [], "gpu_activities": []})
+        return pd.DataFrame({POSITION: [], "step": [], "start": [], "end": [], "gpu_activities": []})
     cpu_start, cpu_end = steps["ts"].to_numpy(), steps["end"].to_numpy()
     n = len(steps)
     activity = _launched_activity(trace)
@@ -166,7 +176,13 @@ def _adjust_steps(trace: Trace) -> pd.DataFrame:
         start = np.maximum(cpu_start, np.concatenate([[prev], end[:-1]]))
         n = _steps_kept(count)
     return pd.DataFrame(
-        {"step": steps["name"].to_numpy(), "start": start, "end": end, "gpu_activities": count.astype(np.int64)}
+        {
+            POSITION: steps[POSITION].to_numpy(),
+            "step": steps["name"].to_numpy(),
+            "start": start,
+            "end": end,
+            "gpu_activities": count.astype(np.int64),
+        }
     ).iloc[:n]
 
 
@@ -235,12 +251,14 @@ def step_breakdown(trace: Trace) -> StepBreakdown:
     """Average step time and per-role averages over the plugin's steps; None/empty without steps."""
     steps = adjusted_steps(trace)
     if steps.empty:
-        return StepBreakdown(None, {}, pd.DataFrame(columns=["step", "step time (us)"]))
+        return StepBreakdown(None, {}, pd.DataFrame(columns=[POSITION, "step", "step time (us)"]))
     start, end = steps["start"].to_numpy(), steps["end"].to_numpy()
     roles = exclusive_roles(trace)
     shown = [r for r in ROLES if r != "communication" or len(roles["communication"][0])]
     costs = {role: iv.overlap_per_window(roles[role], start, end) for role in ROLES}
-    per_step = pd.DataFrame({"step": steps["step"].to_numpy(), "step time (us)": end - start})
+    per_step = pd.DataFrame(
+        {POSITION: steps[POSITION].to_numpy(), "step": steps["step"].to_numpy(), "step time (us)": end - start}
+    )
     for role in shown:
         per_step[f"{role} (us)"] = costs[role]
     per_step["other (us)"] = np.clip((end - start) - sum(costs.values()), 0.0, None)

@@ -66,10 +66,10 @@ def test_steps_table_is_the_plugins_steps(resnet):
 
 def test_steps_count_gpu_work_launched_from_any_thread(resnet):
     """The backward pass launches from autograd's thread: its kernels still belong to the step."""
-    for row in resnet.steps.itertuples():
-        launched = reference.launched_in(RESNET, row.step)
-        assert row._5 == len(launched[0])  # gpu activities
-        assert row._6 == pytest.approx(sum(e["dur"] for e in launched[0] if e["cat"] == "kernel"))
+    for row in resnet.steps.to_dict(orient="records"):
+        launched = reference.launched_in(RESNET, row["step"])
+        assert row["gpu activities"] == len(launched[0])
+        assert row["kernel time (us)"] == pytest.approx(sum(e["dur"] for e in launched[0] if e["cat"] == "kernel"))
     assert resnet.steps["kernel time (us)"].min() > 90_000  # about 99k µs per step, not the 34k of one thread
 
 

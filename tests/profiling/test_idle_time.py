@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from itertools import pairwise
 
 import pytest
 
@@ -33,7 +32,8 @@ def plain_merged_idle(events: list[dict]) -> float | None:
 
 
 def plain_hta_breakdown(events: list[dict], delay: float = 30.0) -> dict:
-    """HTA 0.5.0 _analyze_idle_time_for_stream, written as loops."""
+    """HTA 0.5.0 _analyze_idle_time_for_stream, written as loops; the previous end is the latest end so far
+    (the union's), so that overlapping activity leaves no gap rather than a negative one."""
     launch_ts = {}
     for e in events:
         corr = e["args"].get("correlation")
@@ -47,8 +47,13 @@ def plain_hta_breakdown(events: list[dict], delay: float = 30.0) -> dict:
     for stream, work in streams.items():
         work.sort(key=lambda e: e["ts"])
         totals = {"host_wait": 0.0, "kernel_wait": 0.0, "other": 0.0}
-        for prev, cur in pairwise(work):
-            prev_end, gap = prev["ts"] + prev["dur"], cur["ts"] - (prev["ts"] + prev["dur"])
+        reach = None
+        for cur in work:
+            if reach is None:  # the first activity on a stream has no gap
+                reach = cur["ts"] + cur["dur"]
+                continue
+            prev_end, gap = reach, max(0.0, cur["ts"] - reach)
+            reach = max(reach, cur["ts"] + cur["dur"])
             launched = launch_ts.get(cur["args"].get("correlation"))
             if launched is not None and launched > prev_end:
                 totals["host_wait"] += gap
@@ -130,3 +135,27 @@ def test_each_idle_category_on_a_small_trace():
 def test_no_gpu_work_gives_nulls():
     result = idle_time(load_trace(DATA / "cpu_only.json.gz"))
     assert result == {"idle_time_us": None, "idle_breakdown_us": None}
+
+
+def test_overlapping_kernels_on_one_stream_leave_no_negative_idle_time():
+    """A kernel inside a longer one waited for nothing; HTA's literal rule would report -450 µs of kernel_wait."""
+
+    def pair(ts: float, dur: float, corr: int, launched: float) -> list[dict]:
+        launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": launched, "dur": 2}
+        kernel = {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur, "pid": 0, "tid": 7}
+        launch |= {"pid": 1, "tid": 1, "args": {"correlation": corr}}
+        kernel["args"] = {"correlation": corr, "stream": 7, "device": 0}
+        return [launch, kernel]
+
+    events = [
+        *pair(0, 500, 1, launched=-10),
+        *pair(50, 50, 2, launched=-8),  # inside the first kernel: no gap at all
+        *pair(520, 10, 3, launched=-6),  # 20 µs after the first kernel's end (not 420 after the second's)
+        *pair(600, 10, 4, launched=560),  # launched after everything before it ended: host_wait, 70 µs
+    ]
+    for e in events:
+        e.setdefault("args", {})
+    ours = idle_time(parse_trace(json.dumps(events).encode()))["idle_breakdown_us"]
+    assert ours["7"] == pytest.approx(plain_hta_breakdown(events)["7"])
+    assert ours["7"] == {"host_wait": 70.0, "kernel_wait": 20.0, "other": 0.0}
+    assert min(ours["7"].values()) >= 0

@@ -50,15 +50,17 @@ def raw_events(path: Path) -> list[dict]:
 
 
 def is_step(e: dict) -> bool:
-    return e["cat"] in ("user_annotation", "cpu_op") and re.match(r"ProfilerStep#\d+$", e["name"]) is not None
+    return (
+        e["cat"] in ("user_annotation", "cpu_op") and re.fullmatch(r"ProfilerStep#[0-9]{1,18}", e["name"]) is not None
+    )
 
 
 def plain_steps(events: list[dict]) -> list[tuple[str, float, float]]:
     """The plugin's steps, by its two-pointer merge of launches and steps, in plain Python."""
     seen, steps = set(), []
     for e in sorted((e for e in events if is_step(e)), key=lambda e: e["ts"]):
-        if (e["name"], e["ts"]) not in seen:
-            seen.add((e["name"], e["ts"]))
+        if (e["name"], e["ts"], e["dur"]) not in seen:  # a step recorded twice: the same name and span
+            seen.add((e["name"], e["ts"], e["dur"]))
             steps.append([e["name"], e["ts"], e["ts"] + e["dur"]])
     if not steps:
         return []
@@ -265,3 +267,36 @@ def test_trailing_partial_step_is_dropped():
     steps = adjusted_steps(parse_trace(json.dumps(events).encode()))
     assert list(steps["step"]) == ["ProfilerStep#0", "ProfilerStep#1"]
     assert list(steps["gpu_activities"]) == [10, 10]
+
+
+def test_overlapping_kernels_on_one_stream_break_down_like_a_plain_loop():
+    """Kernels that overlap on one stream count once in `kernel`; nothing in a step's breakdown goes negative."""
+    from profiling.trace import parse_trace
+
+    events = []
+    for i in range(3):
+        t0 = 1000.0 * i
+        events.append(
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": t0, "dur": 800, "pid": 1, "tid": 1}
+        )
+        for k, (start, dur) in enumerate([(20, 500), (60, 50), (100, 480), (700, 30)]):  # the middle two overlap
+            corr = 10 * i + k
+            events.append(
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 2 + k, "dur": 1}
+                | {"pid": 1, "tid": 1, "args": {"correlation": corr}}
+            )
+            events.append(
+                {"ph": "X", "cat": "kernel", "name": "k", "ts": t0 + start, "dur": dur, "pid": 0, "tid": 7}
+                | {"args": {"correlation": corr, "stream": 7, "device": 0}}
+            )
+    for e in events:
+        e.setdefault("args", {})
+    result = step_breakdown(parse_trace(json.dumps(events).encode()))
+    expected = plain_steps(events)
+    costs = plain_breakdown(events, expected)
+    assert len(result.per_step) == len(expected) == 3
+    for role in result.breakdown_us:
+        assert list(result.per_step[f"{role} (us)"]) == pytest.approx([c[role] for c in costs], abs=1e-3), role
+    numbers = result.per_step.drop(columns=["position", "step"])
+    assert (numbers.to_numpy() >= 0).all()
+    assert list(result.per_step["kernel (us)"]) == pytest.approx([560 + 30] * 3)  # [20, 580) and [700, 730)

@@ -13,11 +13,11 @@ def test_step_table_matches_window_stats_step_by_step():
     trace = load_trace(DATA / "sampled_training_rank0.json.gz")
     steps = analyze_file(DATA / "sampled_training_rank0.json.gz").steps
     assert len(steps) == 2
-    for row in steps.itertuples():
-        one = window_stats(trace, row.step)
-        assert row.ops == len(one.ops)
-        assert row._5 == len(one.gpu)  # "gpu activities"
-        assert row._6 == pytest.approx(one.gpu.loc[one.gpu["cat"] == "kernel", "dur"].sum())
+    for row in steps.to_dict(orient="records"):
+        one = window_stats(trace, row["step"])
+        assert row["ops"] == len(one.ops)
+        assert row["gpu activities"] == len(one.gpu)
+        assert row["kernel time (us)"] == pytest.approx(one.gpu.loc[one.gpu["cat"] == "kernel", "dur"].sum())
 
 
 def test_per_window_on_our_forwards(cpu_runs):
