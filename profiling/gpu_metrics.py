@@ -17,6 +17,8 @@ plugin's allow-list, which stopped at 2021's kernel names.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,55 +26,118 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.kernels import decode
+from profiling.occupancy import LARGEST_LIMIT, whole_number
 from profiling.step_breakdown import steps_span
 from profiling.trace import Trace
 
 METRICS = ("gpu_utilization_percent", "sm_efficiency_percent", "achieved_occupancy_percent", "tensor_core_time_percent")
 DEVICE_FIELDS = ("gpu_name", "gpu_memory_bytes", "compute_capability", "sm_count")
+# The most blocks one grid can hold (2^31 - 1 x 65,535 x 65,535): blocks per SM cannot pass it.
+MAX_GRID_BLOCKS = (2**31 - 1) * 65535 * 65535
+BLOCKS_PER_SM_CAP = 2.0**20
+MAX_LISTED_GPUS = 64  # per-GPU entries in `gpus`; `gpu_count` counts them all
 KERNEL_STAT_COLUMNS = ["max (us)", "min (us)", "blocks per SM", "achieved occupancy (%)", "tensor cores"]
 
 
-def _device_ids(kernels: pd.DataFrame) -> np.ndarray:
-    """Each kernel's device: `args.device` (as the plugin reads it), else a numeric pid."""
-    pid = pd.to_numeric(kernels["pid"], errors="coerce")
-    return kernels["device"].fillna(pid).to_numpy()
+def device_ids(kernels: pd.DataFrame) -> np.ndarray:
+    """Each kernel's device: `args.device` (as the plugin reads it), else a numeric pid; NaN where neither
+    is a device index (a whole number from 0 to 2^31 - 1)."""
+    device = _as_device_number(kernels["device"].to_numpy(dtype=np.float64))
+    pid = _as_device_number(pd.to_numeric(kernels["pid"], errors="coerce").to_numpy(dtype=np.float64))
+    return np.where(np.isnan(device), pid, device)
 
 
-def _described(trace: Trace, device: float | None) -> dict[str, Any]:
-    """Name, memory, compute capability and SM count from `deviceProperties` (None when absent)."""
+def _as_device_number(values: np.ndarray) -> np.ndarray:
+    whole = (values >= 0) & (values <= LARGEST_LIMIT) & (np.floor(values) == values)  # NaN compares False
+    return np.where(whole, values, np.nan)
+
+
+@dataclass(frozen=True)
+class DeviceIndex:
+    """`deviceProperties` indexed once: an entry per id, or by position where no entry has an id.
+
+    Built in one pass (a trace may list 200,000 entries; looking each device up by a scan was
+    quadratic). For an id listed twice, the first entry wins, as a scan from the top found it.
+    """
+
+    entries: list[dict[str, Any]]
+    by_id: dict[float, dict[str, Any]] | None  # None: no entry has an id, look up by position
+
+    @classmethod
+    def of(cls, entries: list[dict[str, Any]]) -> DeviceIndex:
+        with_ids = [p for p in entries if "id" in p]
+        if not with_ids:
+            return cls(entries, None)
+        by_id: dict[float, dict[str, Any]] = {}
+        for p in with_ids:  # ids that are not numbers (2021's computeProperties is unchecked) match no device
+            if type(p["id"]) in (int, float):
+                by_id.setdefault(p["id"], p)
+        return cls(entries, by_id)
+
+    def entry(self, device: float | None) -> dict[str, Any]:
+        """The entry for `device` ({} where none); the first entry for no device."""
+        if device is None:
+            return self.entries[0] if self.entries else {}
+        if self.by_id is not None:
+            return self.by_id.get(float(device), {})
+        return self.entries[int(device)] if 0 <= device < len(self.entries) else {}
+
+
+def device_index(trace: Trace) -> DeviceIndex:
+    """The trace's `deviceProperties`, indexed; 2021 traces wrote `computeProperties` (the plugin's
+    tests/gpu_metrics_input.json)."""
     props = trace.device_properties
-    if not props:  # 2021 traces wrote `computeProperties` (the plugin's tests/gpu_metrics_input.json)
+    if not props:
         listed = trace.metadata.get("computeProperties")
         props = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
-    p = _properties_of(props, device)
-    major = p.get("computeMajor", p.get("major"))
-    minor = p.get("computeMinor", p.get("minor"))
+    return DeviceIndex.of(props)
+
+
+def _described(index: DeviceIndex, device: float | None) -> dict[str, Any]:
+    """Name, memory, compute capability and SM count from `deviceProperties` (None when absent or unusable)."""
+    p = index.entry(device)
+    major = _int_or_none(p.get("computeMajor", p.get("major")))
+    minor = _int_or_none(p.get("computeMinor", p.get("minor")))
     return {
         "gpu_name": p.get("name") if isinstance(p.get("name"), str) else None,
         "gpu_memory_bytes": _int_or_none(p.get("totalGlobalMem")),
-        "compute_capability": f"{major}.{minor}" if _int_or_none(major) is not None else None,
+        "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
         "sm_count": _int_or_none(p.get("numSms", p.get("multiProcessorCount"))),
     }
 
 
-def _properties_of(props: list[dict[str, Any]], device: float | None) -> dict[str, Any]:
-    """The entry for `device` (by `id`, else by position when no entry has an id); the first without a device."""
-    if device is None:
-        return props[0] if props else {}
-    if any("id" in p for p in props):
-        return next((p for p in props if p.get("id") == device), {})
-    return props[int(device)] if 0 <= device < len(props) else {}
-
-
 def _int_or_none(value: object) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A whole number from 0 to 2^63 (a JSON number, not a bool), as every count and size of a device is;
+    None for anything else, NaN and infinity included."""
+    return int(value) if whole_number(value, 2**63, smallest=0) else None  # type: ignore[call-overload]
+
+
+def valid_occupancy(values: np.ndarray) -> np.ndarray:
+    """Est. achieved occupancy % where it can be true, from 0 to 100; NaN where missing or out of that range.
+
+    The plugin leaves negative values out (gpu_metrics_parser.py, `parse_event`); a value above 100%
+    cannot be true either (a per-kernel estimate of active over possible warps), so it is left out
+    the same way, never clamped: clamping would report 100% as if measured.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    return np.where((values >= 0) & (values <= 100), values, np.nan)
+
+
+def valid_blocks_per_sm(values: np.ndarray) -> np.ndarray:
+    """Blocks per SM where it can be true, from 0 to a whole grid on one SM; NaN elsewhere."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.where((values >= 0) & (values <= MAX_GRID_BLOCKS), values, np.nan)
 
 
 def sm_efficiency_ranges(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Time segments with their Est. SM Efficiency (0..1], as the plugin draws them on the timeline."""
-    blocks = kernels["blocks_per_sm"].to_numpy()
+    blocks = valid_blocks_per_sm(kernels["blocks_per_sm"].to_numpy())
     use = blocks > 0  # parse_event: missing or non-positive values are left out
-    return iv.stacked_values(kernels["ts"].to_numpy()[use], kernels["end"].to_numpy()[use], blocks[use])
+    # The sum over concurrent kernels is clamped to 1, so capping each value changes no result, and a
+    # huge one can no longer swamp the small ones it overlaps in floating point (1e19 + 0.5 - 1e19 is 0).
+    # The cap sits far above real values (7,585 the most in our traces), whose sums stay bit for bit.
+    capped = np.minimum(blocks[use], BLOCKS_PER_SM_CAP)
+    return iv.stacked_values(kernels["ts"].to_numpy()[use], kernels["end"].to_numpy()[use], capped)
 
 
 def _utilization(kernels: pd.DataFrame, lo: float, hi: float) -> float:
@@ -90,31 +155,40 @@ def _sm_efficiency(kernels: pd.DataFrame, lo: float, hi: float) -> float | None:
 
 
 def _occupancy(kernels: pd.DataFrame, lo: float, hi: float) -> float | None:
-    occ = kernels["occupancy"].to_numpy()
-    use = occ >= 0  # NaN (missing) and negative values are left out, 0% counts
+    occ = valid_occupancy(kernels["occupancy"].to_numpy())
+    use = ~np.isnan(occ)  # missing and impossible values are left out, 0% counts
     weight = np.clip(np.minimum(kernels["end"].to_numpy(), hi) - np.maximum(kernels["ts"].to_numpy(), lo), 0, None)
     total = weight[use].sum()
-    return float((occ[use] * weight[use]).sum() / total) if total > 0 else None
+    # A mean of values in 0..100 is in 0..100; the cap only takes off the last bit's rounding.
+    return min(float((occ[use] * weight[use]).sum() / total), 100.0) if total > 0 else None
 
 
-def _tensor_core_share(kernels: pd.DataFrame) -> float | None:
-    per_name = kernels.groupby("name", sort=False)["dur"].sum()  # decode each name once, not each call
+def tensor_core_use(names: Iterable[str]) -> dict[str, bool | None]:
+    """Whether each distinct name runs on tensor cores, by our decoder: each name decoded once, however
+    many devices or tables ask (decoding costs tens of microseconds, and a trace can hold 20,000 names)."""
+    return {name: decode(name).tensor_cores for name in dict.fromkeys(names)}
+
+
+def _tensor_core_share(kernels: pd.DataFrame, uses: Mapping[str, bool | None]) -> float | None:
+    per_name = kernels.groupby("name", sort=False)["dur"].sum()
     total = float(per_name.sum())
     if total <= 0:
         return None
-    uses = np.array([decode(name).tensor_cores is True for name in per_name.index], dtype=bool)
-    return 100.0 * float(per_name[uses].sum()) / total
+    on_tensor_cores = np.array([uses[name] is True for name in per_name.index], dtype=bool)
+    return 100.0 * float(per_name[on_tensor_cores].sum()) / total
 
 
-def _device_metrics(kernels: pd.DataFrame, span: tuple[float, float] | None) -> dict[str, float | None]:
+def _device_metrics(
+    kernels: pd.DataFrame, span: tuple[float, float] | None, uses: Mapping[str, bool | None]
+) -> dict[str, float | None]:
     if span is None or span[1] <= span[0] or kernels.empty:
-        return {**dict.fromkeys(METRICS), "tensor_core_time_percent": _tensor_core_share(kernels)}
+        return {**dict.fromkeys(METRICS), "tensor_core_time_percent": _tensor_core_share(kernels, uses)}
     lo, hi = span
     return {
         "gpu_utilization_percent": _utilization(kernels, lo, hi),
         "sm_efficiency_percent": _sm_efficiency(kernels, lo, hi),
         "achieved_occupancy_percent": _occupancy(kernels, lo, hi),
-        "tensor_core_time_percent": _tensor_core_share(kernels),
+        "tensor_core_time_percent": _tensor_core_share(kernels, uses),
     }
 
 
@@ -122,41 +196,61 @@ def gpu_metrics(trace: Trace) -> dict[str, Any]:
     """Per-GPU metrics in `gpus`, and at the top level the first GPU's description and the mean over GPUs.
 
     Every key is None where its evidence is missing (no kernels, no steps span, no
-    `deviceProperties`, no blocks-per-SM or occupancy args).
+    `deviceProperties`, no blocks-per-SM or occupancy args). `gpu_count` GPUs ran kernels; `gpus`
+    lists the MAX_LISTED_GPUS with the most kernel time (a node has 8; a trace can name millions).
     """
     kernels = trace.kernels
     span = steps_span(trace)
-    devices = _device_ids(kernels)
-    gpus = []
-    for device in np.unique(devices[~np.isnan(devices)]):
-        mine = kernels[devices == device]
-        gpus.append({"device": int(device), **_described(trace, device), **_device_metrics(mine, span)})
-    top: dict[str, Any] = {**_described(trace, gpus[0]["device"] if gpus else None)}
+    index = device_index(trace)
+    devices = device_ids(kernels)
+    known = np.flatnonzero(~np.isnan(devices))
+    ids, of_kernel = np.unique(devices[known], return_inverse=True)
+    listed = _most_kernel_time(ids, of_kernel, kernels["dur"].to_numpy()[known])
+    rows_of = np.split(known[np.argsort(of_kernel, kind="stable")], np.cumsum(np.bincount(of_kernel))[:-1])
+    mine = [kernels.iloc[rows_of[i]] for i in listed]
+    uses = tensor_core_use(name for frame in mine for name in frame["name"].unique())
+    gpus = [
+        {"device": int(ids[i]), **_described(index, ids[i]), **_device_metrics(frame, span, uses)}
+        for i, frame in zip(listed, mine, strict=True)
+    ]
+    top: dict[str, Any] = {**_described(index, gpus[0]["device"] if gpus else None)}
     for key in METRICS:
         values = [g[key] for g in gpus if g[key] is not None]
         top[key] = float(np.mean(values)) if values else None
+    top["gpu_count"] = len(ids)
     top["gpus"] = gpus
     return top
 
 
-def _weighted_mean(values: pd.Series, weights: pd.Series, names: pd.Series) -> pd.Series:
+def _most_kernel_time(ids: np.ndarray, of_kernel: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Positions in `ids` of the MAX_LISTED_GPUS devices with the most kernel time, in id order."""
+    if len(ids) <= MAX_LISTED_GPUS:
+        return np.arange(len(ids))
+    busy = np.bincount(of_kernel, weights=dur, minlength=len(ids))
+    return np.sort(np.argsort(-busy, kind="stable")[:MAX_LISTED_GPUS])
+
+
+def _weighted_mean(values: np.ndarray, weights: pd.Series, names: pd.Series) -> pd.Series:
     """Per name, sum(value x duration) / sum(duration), a missing value counting as 0 (weighted_avg)."""
-    frame = pd.DataFrame({"name": names, "vw": values.fillna(0).to_numpy() * weights.to_numpy(), "w": weights})
+    frame = pd.DataFrame({"name": names, "vw": np.nan_to_num(values, nan=0.0) * weights.to_numpy(), "w": weights})
     sums = frame.groupby("name", sort=False)[["vw", "w"]].sum()
     # np.average raises ZeroDivisionError on zero total weight; the plugin then shows 0.
     return (sums["vw"] / sums["w"].where(sums["w"] > 0)).fillna(0.0)
 
 
-def kernel_stats(trace: Trace) -> pd.DataFrame:
-    """One row per kernel name: max/min µs, duration-weighted blocks per SM and occupancy, tensor cores."""
+def kernel_stats(trace: Trace, uses: Mapping[str, bool | None] | None = None) -> pd.DataFrame:
+    """One row per kernel name: max/min µs, duration-weighted blocks per SM and occupancy, tensor cores
+    (from `uses`, `tensor_core_use` of the names, where the caller has it)."""
     k = trace.kernels
     if k.empty:
         return pd.DataFrame(columns=KERNEL_STAT_COLUMNS, index=pd.Index([], name="name"))
     grouped = k.groupby("name", sort=False)["dur"]
     stats = pd.DataFrame({"max (us)": grouped.max(), "min (us)": grouped.min()})
-    stats["blocks per SM"] = _weighted_mean(k["blocks_per_sm"], k["dur"], k["name"])
-    stats["achieved occupancy (%)"] = _weighted_mean(k["occupancy"], k["dur"], k["name"])
-    stats["tensor cores"] = [_yes_no(decode(name).tensor_cores) for name in stats.index]
+    stats["blocks per SM"] = _weighted_mean(valid_blocks_per_sm(k["blocks_per_sm"]), k["dur"], k["name"])
+    occupancy = _weighted_mean(valid_occupancy(k["occupancy"]), k["dur"], k["name"])
+    stats["achieved occupancy (%)"] = occupancy.clip(upper=100.0)  # rounding only: a mean of 0..100
+    uses = tensor_core_use(stats.index) if uses is None else uses
+    stats["tensor cores"] = [_yes_no(uses[name]) for name in stats.index]
     stats.index.name = "name"
     return stats[KERNEL_STAT_COLUMNS]
 

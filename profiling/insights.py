@@ -7,7 +7,6 @@ or None when it does not apply.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,8 +15,10 @@ import numpy as np
 import pandas as pd
 
 from profiling import intervals as iv
+from profiling.gpu_metrics import DeviceIndex, device_ids, device_index, valid_blocks_per_sm, valid_occupancy
 from profiling.kernels import decode
-from profiling.occupancy import theoretical_occupancy
+from profiling.occupancy import block_threads, device_limits, theoretical_occupancy, whole_number
+from profiling.tables import shared_correlation_launches
 from profiling.trace import LAUNCH_CATEGORIES, Trace
 from profiling.windows import FORWARD, WHOLE_TRACE, WindowStats
 
@@ -37,6 +38,13 @@ KEPT_SCORES = 0.5  # beyond the output, this share of one score matrix means the
 NAME_IN_PROSE = 120  # characters of a trace's name quoted in a sentence
 NAME_IN_LIST = 60  # ... in a list of several
 MAX_NAMES_IN_PROSE = 3
+# Distinct GPU activity names a rule decodes, those with the most time: a trace can hold 20,000
+# names, and decoding each costs tens of microseconds in every rule that did it.
+MAX_NAMES_DECODED = 1000
+MAX_NOTES = 10  # notes on skipped values kept in a finding's evidence (their count is kept whole)
+# Bytes one tensor or copy can hold: sizes are int64 in torch, and no device has 2^63 bytes.
+MAX_TENSOR_BYTES = 2**63 - 1
+MAX_DIMS = 64  # dimensions of one tensor (torch's own limit is lower)
 
 
 @dataclass(frozen=True)
@@ -119,11 +127,27 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def _tensor_bytes(dims: Any, types: Any) -> int:
+def _tensor_bytes(dims: Any, types: Any) -> int | None:
+    """Bytes of an op's first input from its `Input Dims` and `Input type`: 0 where the trace gives no
+    shape, None where what it gives is no tensor (dims that are not whole numbers, more than 2^63 bytes,
+    a type that is not a name)."""
     if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
         return 0
-    itemsize = ITEMSIZE.get(types[0], 4) if isinstance(types, list) and types else 4
-    return int(math.prod(dims[0])) * itemsize
+    if isinstance(types, list) and types:
+        if not isinstance(types[0], str):
+            return None
+        itemsize = ITEMSIZE.get(types[0], 4)
+    else:
+        itemsize = 4
+    shape = dims[0]
+    if len(shape) > MAX_DIMS or not all(whole_number(d, MAX_TENSOR_BYTES, smallest=0) for d in shape):
+        return None
+    size = itemsize
+    for d in shape:  # exact integers, stopping as soon as the tensor could not exist
+        size *= int(d)
+        if size > MAX_TENSOR_BYTES:
+            return None
+    return size
 
 
 def short(name: Any, limit: int = NAME_IN_PROSE) -> str:
@@ -137,8 +161,32 @@ def _device_copies(scope: WindowStats) -> pd.DataFrame:
     return gpu[gpu["name"].str.startswith("Memcpy DtoD")] if len(gpu) else gpu
 
 
-def _clone_bytes(clones: pd.DataFrame) -> float:
-    return float(sum(_tensor_bytes(d, t) for d, t in zip(clones["input_dims"], clones["input_type"], strict=True)))
+def _clone_bytes(clones: pd.DataFrame) -> tuple[float, int]:
+    """Bytes the clones copy, and how many were left out for a shape or type that is no tensor."""
+    sizes: dict[tuple[int, int], int | None] = {}  # the reader shares one object per distinct value
+    total, skipped = 0, 0
+    for d, t in zip(clones["input_dims"], clones["input_type"], strict=True):
+        key = (id(d), id(t))
+        if key not in sizes:
+            sizes[key] = _tensor_bytes(d, t)
+        size = sizes[key]
+        if size is None:
+            skipped += 1
+        else:
+            total += size
+    return float(total), skipped
+
+
+def _left_out(count: int, what: str, why: str = "their Input Dims or Input type describe no tensor") -> dict:
+    """Evidence that says what was left out of a finding's numbers, and why; nothing when nothing was."""
+    return {"note": f"{count} {what} left out: {why}"} if count else {}
+
+
+def _copy_bytes(copies: pd.DataFrame) -> tuple[float, int]:
+    """Bytes the memcpys move, and how many give a size that cannot be true (negative, 2^63 bytes or more)."""
+    sizes = copies["bytes"].to_numpy(dtype=np.float64)
+    valid = (sizes >= 0) & (sizes <= MAX_TENSOR_BYTES)
+    return float(sizes[valid].sum()), int((~valid & ~np.isnan(sizes)).sum())
 
 
 def _clones(scope: WindowStats, layout: bool) -> pd.DataFrame:
@@ -148,28 +196,36 @@ def _clones(scope: WindowStats, layout: bool) -> pd.DataFrame:
 
 
 def copied_bytes_per_window(scope: WindowStats) -> float:
-    """Bytes a window copies out of place: its DtoD memcpys on a GPU, else its `aten::clone`s (not GQA's)."""
+    """Bytes a window copies out of place: its DtoD memcpys on a GPU, else its `aten::clone`s (not GQA's).
+    A size that cannot be true (negative, 2^63 bytes or more, no tensor) counts as unknown, not as bytes."""
     copies = _device_copies(scope)
     if len(copies):
-        return float(copies["bytes"].fillna(0).sum()) / max(scope.count, 1)
-    return _clone_bytes(_clones(scope, layout=False)) / max(scope.count, 1)
+        return _copy_bytes(copies)[0] / max(scope.count, 1)
+    return _clone_bytes(_clones(scope, layout=False))[0] / max(scope.count, 1)
 
 
 def hidden_copy(ev: Evidence) -> Finding | None:
     """An out-of-place op copied a whole tensor inside the forward."""
     copies = _device_copies(ev.scope)
     if len(copies):
-        per_bytes = copied_bytes_per_window(ev.scope)
+        moved, skipped = _copy_bytes(copies)  # what copied_bytes_per_window gives, with the count left out
+        per_bytes = moved / ev.per
         return Finding(
             "Hidden copy",
             f"{len(copies) / ev.per:g} Memcpy DtoD {ev.unit} move {_fmt_bytes(per_bytes)} (an out-of-place op such "
             "as masked_fill cloned its input). Use the in-place masked_fill_ to remove it.",
-            {"kernel": "Memcpy DtoD", "per_forward": len(copies) / ev.per, "bytes_per_forward": per_bytes},
+            {
+                "kernel": "Memcpy DtoD",
+                "per_forward": len(copies) / ev.per,
+                "bytes_per_forward": per_bytes,
+                **_left_out(skipped, "Memcpy DtoD", "their bytes arg is negative or 2^63 or more"),
+            },
         )
     clones = _clones(ev.scope, layout=False)
     if clones.empty:
         return None
-    per_bytes = copied_bytes_per_window(ev.scope)
+    copied, skipped = _clone_bytes(clones)  # what copied_bytes_per_window gives, with the count left out
+    per_bytes = copied / ev.per
     callers = sorted(set(clones["parent"]) - {""})
     fix = (
         "; the in-place masked_fill_ removes the op and the copy"
@@ -181,7 +237,13 @@ def hidden_copy(ev: Evidence) -> Finding | None:
         "Hidden copy",
         f"aten::clone runs {len(clones) / ev.per:g}x {ev.unit} and copies {_fmt_bytes(per_bytes)}, "
         f"called by {named} (out of place){fix}.",
-        {"op": "aten::clone", "callers": callers, "per_forward": len(clones) / ev.per, "bytes_per_forward": per_bytes},
+        {
+            "op": "aten::clone",
+            "callers": callers,
+            "per_forward": len(clones) / ev.per,
+            "bytes_per_forward": per_bytes,
+            **_left_out(skipped, "aten::clone call(s)"),
+        },
     )
 
 
@@ -234,14 +296,30 @@ def fp32_upcast(ev: Evidence) -> Finding | None:
     )
 
 
+def _names_decoded(gpu: pd.DataFrame) -> tuple[list[str], bool]:
+    """The distinct names a rule decodes, in order of first appearance: the MAX_NAMES_DECODED with the
+    most time; and whether others were left out."""
+    if not len(gpu):
+        return [], False
+    per_name = gpu.groupby("name", sort=False)["dur"].sum()
+    if len(per_name) <= MAX_NAMES_DECODED:
+        return per_name.index.tolist(), False
+    keep = np.zeros(len(per_name), dtype=bool)
+    keep[np.argsort(-per_name.to_numpy(), kind="stable")[:MAX_NAMES_DECODED]] = True
+    return per_name.index[keep].tolist(), True
+
+
 def _cuda_core_gemms(ev: Evidence) -> Finding | None:
-    names = ev.scope.gpu["name"].unique() if len(ev.scope.gpu) else []
-    fp32 = [n for n in names if decode(n).tensor_cores is False]
-    if not fp32 or ev.dtype not in (None, "bfloat16", "float16"):
+    if ev.dtype not in (None, "bfloat16", "float16"):
         return None
+    names, cut = _names_decoded(ev.scope.gpu)
+    fp32 = [n for n in names if decode(n).tensor_cores is False]
+    if not fp32:
+        return None
+    among = f" among the {MAX_NAMES_DECODED:,} kernels with the most time" if cut else ""
     return Finding(
         "FP32 math, no tensor cores",
-        f"{len(fp32)} GEMM/convolution kernel(s) run on CUDA cores ({short(fp32[0])})"
+        f"{len(fp32)} GEMM/convolution kernel(s){among} run on CUDA cores ({short(fp32[0])})"
         + (f" although the inputs are {ev.dtype}." if ev.dtype else "."),
         {"kernels": fp32},
     )
@@ -251,12 +329,12 @@ def fused(ev: Evidence) -> Finding | None:
     """One kernel (GPU) or one compute op (CPU) per forward does all of attention."""
     scope = ev.scope
     if scope.on_gpu:
-        names = scope.gpu["name"].unique() if len(scope.gpu) else []
+        names, _ = _names_decoded(scope.gpu)
         attention_kernels = [n for n in names if decode(n).family in ATTENTION_FAMILIES]
         one_per_forward = not ev.whole_trace and len(scope.gpu) == scope.count > 0
         if not (one_per_forward or attention_kernels):
             return None
-        name = attention_kernels[0] if attention_kernels else names[0]
+        name = attention_kernels[0] if attention_kernels else scope.gpu["name"].iloc[0]
         meaning = decode(name).summary
         return Finding(
             "Fused",
@@ -298,51 +376,109 @@ def overhead_bound(ev: Evidence) -> Finding | None:
 
 
 def occupancy(ev: Evidence) -> Finding | None:
+    """Theoretical occupancy per kernel name (its first launch's shape), achieved beside it; a note for the
+    first few that are low. Computed once per distinct shape and device, never once per name in Python."""
     kernels = ev.scope.gpu if len(ev.scope.gpu) else ev.trace.kernels
     kernels = kernels[(kernels["cat"] == "kernel") & kernels["registers"].notna()] if len(kernels) else kernels
     if kernels.empty:
         return None
-    device = ev.trace.device_properties[0] if ev.trace.device_properties else None
-    driver_launches = set(ev.trace.of_category("cuda_driver")["correlation"].dropna())
-    notes: list[str] = []
-    rows: list[dict[str, Any]] = []
-    for name, group in kernels.groupby("name", sort=False):
-        row = _kernel_occupancy(name, group, device, driver_launches)
-        if row is None:
-            continue
-        rows.append(row)
+    per_name = _per_kernel_name(kernels, ev.trace)
+    rows, skipped, device_notes = _occupancy_rows(per_name, device_index(ev.trace))
+    notes = []
+    for row in rows:
         note = _occupancy_note(row)
         if note:
             notes.append(note)
+            if len(notes) == MAX_NAMES_IN_PROSE:  # the prose names no more, so no more names are decoded
+                break
     if not notes:
         return None
-    return Finding("Occupancy", "; ".join(notes[:MAX_NAMES_IN_PROSE]) + ".", {"kernels": rows})
+    evidence: dict[str, Any] = {"kernels": rows}
+    if skipped:
+        evidence["skipped"] = skipped[:MAX_NOTES]
+        evidence["skipped_count"] = len(skipped)
+    if device_notes:
+        evidence["device_notes"] = device_notes[:MAX_NOTES]
+    return Finding("Occupancy", "; ".join(notes) + ".", evidence)
 
 
-def _kernel_occupancy(name: str, group: pd.DataFrame, device: Any, driver_launches: set) -> dict[str, Any] | None:
-    first = group.iloc[0]
-    threads = int(np.prod(first["block"])) if isinstance(first["block"], list) else 0
-    if threads <= 0:
-        return None
-    theory = theoretical_occupancy(first["registers"], threads, first["shared_memory"] or 0, device)
-    measured = group["occupancy"].notna()
-    # Weighted by duration, as the TensorBoard plugin's kernel table does (kernel_parser.py).
-    weights = group.loc[measured, "dur"]
-    achieved = (
-        float(np.average(group.loc[measured, "occupancy"], weights=weights))
-        if measured.any() and weights.sum() > 0
-        else float(group.loc[measured, "occupancy"].mean())
-        if measured.any()
-        else None
+def _per_kernel_name(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
+    """One row per kernel name, in order of first launch: that launch's shape and device, the achieved
+    occupancy weighted by duration (the plugin's kernel table, kernel_parser.py; a plain mean where the
+    launches took no time; impossible values left out, as `gpu_metrics.valid_occupancy` says), and
+    whether any launch went through the driver API."""
+    codes, names = pd.factorize(kernels["name"].to_numpy())
+    first = np.unique(codes, return_index=True)[1]
+    n = len(names)
+    occ = valid_occupancy(kernels["occupancy"].to_numpy())
+    dur = kernels["dur"].to_numpy()
+    measured = ~np.isnan(occ)
+    at = codes[measured]
+    count = np.bincount(at, minlength=n)
+    weight = np.bincount(at, weights=dur[measured], minlength=n)
+    weighted = np.bincount(at, weights=(occ * dur)[measured], minlength=n)
+    plain = np.bincount(at, weights=occ[measured], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        achieved = np.where(weight > 0, weighted / weight, np.where(count > 0, plain / count, np.nan))
+    driver = trace.of_category("cuda_driver")["correlation"].dropna().to_numpy()
+    by_driver = np.bincount(codes, weights=kernels["correlation"].isin(driver).to_numpy(), minlength=n) > 0
+    return pd.DataFrame(
+        {
+            "kernel": names,
+            "block": kernels["block"].to_numpy()[first],
+            "registers": kernels["registers"].to_numpy()[first],
+            "shared_memory": np.nan_to_num(kernels["shared_memory"].to_numpy()[first], nan=0.0),
+            "device": device_ids(kernels.iloc[first]),
+            "achieved": np.minimum(achieved, 100.0),  # rounding only: a mean of values in 0..100
+            "driver_launch": by_driver,
+        }
     )
-    return {
-        "kernel": name,
-        "theoretical_percent": theory.percent,
-        "achieved_percent": achieved,
-        "limiter": theory.limiter,
-        "blocks_per_sm": theory.blocks_per_sm,
-        "driver_launch": bool(group["correlation"].isin(driver_launches).any()),
-    }
+
+
+def _occupancy_rows(per_name: pd.DataFrame, index: DeviceIndex) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """The insight's row per kernel name; a note per name left out (a shape no launch can have, or one
+    that fits no block on the device described); and the notes on unusable `deviceProperties` fields.
+    Each distinct shape on a device is computed once."""
+    devices: dict[float | None, tuple[dict[str, int], list[str]]] = {}
+    shapes: dict[tuple[int, float, float, float], tuple[Any, str | None]] = {}
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for name, block, registers, shared, number, achieved, driver in per_name.itertuples(index=False):
+        device = None if np.isnan(number) else float(number)
+        if device not in devices:  # a kernel on a device the trace does not list is read against its first
+            devices[device] = device_limits(index.entry(device) or index.entry(None))
+        limits = devices[device][0]
+        key = (id(block), registers, shared, device)  # the reader shares one object per distinct block
+        if key not in shapes:
+            shapes[key] = _shape_occupancy(block, registers, shared, limits)
+        theory, why = shapes[key]
+        if why:
+            skipped.append(f"{short(name, NAME_IN_LIST)}: {why}")
+        if theory is None:
+            continue
+        rows.append(
+            {
+                "kernel": name,
+                "theoretical_percent": theory.percent,
+                "achieved_percent": None if np.isnan(achieved) else float(achieved),
+                "limiter": theory.limiter,
+                "blocks_per_sm": theory.blocks_per_sm,
+                "driver_launch": bool(driver),
+            }
+        )
+    device_notes = list(dict.fromkeys(note for _, notes in devices.values() for note in notes))
+    return rows, skipped, device_notes
+
+
+def _shape_occupancy(block: Any, registers: float, shared: float, limits: dict[str, int]) -> tuple[Any, str | None]:
+    """The theoretical occupancy of one launch shape, or None and why it was left out (None: no shape)."""
+    threads, why = block_threads(block, limits["maxThreadsPerBlock"])
+    if threads is None:
+        return None, why
+    theory = theoretical_occupancy(registers, threads, shared, limits)
+    if theory.blocks_per_sm == 0:  # it ran, so the shape or the device described is not what ran
+        return None, f"not one block of it fits on an SM of the device described (by {theory.limiter})"
+    return theory, None
 
 
 def _occupancy_note(row: dict[str, Any]) -> str | None:
@@ -430,7 +566,8 @@ def gqa_copy(ev: Evidence) -> Finding | None:
     copies = _clones(ev.scope, layout=True)
     if copies.empty:
         return None
-    per_bytes = _clone_bytes(copies) / ev.per
+    copied, skipped = _clone_bytes(copies)
+    per_bytes = copied / ev.per
     callers = sorted(set(copies["parent"]))
     backend = ev.numbers.get("backend_used")
     fix = (
@@ -444,7 +581,12 @@ def gqa_copy(ev: Evidence) -> Finding | None:
         "GQA copy",
         f"{len(copies) / ev.per:g} copies {ev.unit} ({', '.join(callers)}) lay out K and V for every query head, "
         f"{_fmt_bytes(per_bytes)} {ev.unit}; {fix}.",
-        {"copies_per_forward": len(copies) / ev.per, "bytes_per_forward": per_bytes, "callers": callers},
+        {
+            "copies_per_forward": len(copies) / ev.per,
+            "bytes_per_forward": per_bytes,
+            "callers": callers,
+            **_left_out(skipped, "K/V copy call(s)"),
+        },
     )
 
 
@@ -477,7 +619,7 @@ def decode_bound(ev: Evidence) -> Finding | None:
 
 def wrong_alignment(ev: Evidence) -> Finding | None:
     """A causal mask aligned to the top left while queries are fewer than keys: the decode bug."""
-    q_len, kv_len = _top_left_causal_lengths(ev)
+    q_len, kv_len, skipped = _top_left_causal_lengths(ev)
     if q_len is None or kv_len is None or q_len >= kv_len:
         return None
     missed = kv_len - q_len
@@ -487,22 +629,47 @@ def wrong_alignment(ev: Evidence) -> Finding | None:
         f"only keys 0..i: the last query misses the newest {missed} keys it should see (the whole cache but the "
         f"first {q_len}). Align to the bottom right: torch.nn.attention.bias.causal_lower_right({q_len}, {kv_len}) "
         "or an explicit mask.",
-        {"q_len": q_len, "kv_len": kv_len, "keys_missed_by_last_query": missed},
+        {
+            "q_len": q_len,
+            "kv_len": kv_len,
+            "keys_missed_by_last_query": missed,
+            **_left_out(skipped, "causal SDPA call(s)", "their Input Dims give no query and key lengths"),
+        },
     )
 
 
-def _top_left_causal_lengths(ev: Evidence) -> tuple[int | None, int | None]:
+def _top_left_causal_lengths(ev: Evidence) -> tuple[int | None, int | None, int]:
+    """Query and key lengths of the first causal SDPA call, and how many causal calls give no usable lengths."""
     if ev.spec is not None:
-        return (ev.spec.q_len, ev.spec.seq_len) if ev.spec.mask == "causal_top_left" else (None, None)
+        return (ev.spec.q_len, ev.spec.seq_len, 0) if ev.spec.mask == "causal_top_left" else (None, None, 0)
     # An upload: an SDPA call with is_causal=True (its 6th input) and its query and key lengths.
     calls = ev.ops_named("aten::scaled_dot_product_attention")
     if "concrete_inputs" not in calls:
-        return None, None
+        return None, None, 0
+    pairs: dict[tuple[int, int], list[Any]] = {}  # the reader shares one object per distinct value
     for dims, concrete in zip(calls["input_dims"], calls["concrete_inputs"], strict=True):
-        causal = isinstance(concrete, list) and len(concrete) > 5 and concrete[5] == "True"
-        if causal and isinstance(dims, list) and len(dims) > 1 and all(isinstance(d, list) and d for d in dims[:2]):
-            return int(dims[0][-2]), int(dims[1][-2])
-    return None, None
+        pairs.setdefault((id(dims), id(concrete)), [dims, concrete, 0])[2] += 1
+    found: tuple[int, int] | None = None
+    skipped = 0
+    for dims, concrete, count in pairs.values():
+        if not (isinstance(concrete, list) and len(concrete) > 5 and concrete[5] == "True"):
+            continue
+        lengths = _query_and_key_lengths(dims)
+        if lengths is None:
+            skipped += count
+        elif found is None:
+            found = lengths
+    return (*found, skipped) if found else (None, None, skipped)
+
+
+def _query_and_key_lengths(dims: Any) -> tuple[int, int] | None:
+    """The sequence lengths (dimension -2) of SDPA's query and key, where both are whole numbers from 1."""
+    if not (isinstance(dims, list) and len(dims) > 1):
+        return None
+    shapes = dims[:2]
+    if not all(isinstance(d, list) and len(d) >= 2 and whole_number(d[-2], MAX_TENSOR_BYTES) for d in shapes):
+        return None
+    return int(shapes[0][-2]), int(shapes[1][-2])
 
 
 def dense_mask_backend(ev: Evidence) -> Finding | None:
@@ -545,6 +712,44 @@ def first_call(ev: Evidence) -> Finding | None:
     )
 
 
+def impossible_values(ev: Evidence) -> Finding | None:
+    """Values the trace gives that cannot be true, and what every table and metric did instead."""
+    trace = ev.trace
+    shared = shared_correlation_launches(trace)
+    occupancy = trace.kernels["occupancy"].to_numpy()
+    bad_occupancy = ~np.isnan(occupancy) & np.isnan(valid_occupancy(occupancy))
+    blocks = trace.kernels["blocks_per_sm"].to_numpy()
+    bad_blocks = ~np.isnan(blocks) & np.isnan(valid_blocks_per_sm(blocks))
+    found = []
+    if shared:
+        found.append(
+            f"{shared} launch event(s) reuse the correlation id of an earlier launch, which CUPTI never does: the "
+            "GPU work with that id is counted once, for the first launch, not once per launch"
+        )
+    if bad_occupancy.any():
+        found.append(
+            f"{bad_occupancy.sum()} kernel event(s) give an est. achieved occupancy outside 0..100% (from "
+            f"{occupancy[bad_occupancy].min():.4g} to {occupancy[bad_occupancy].max():.4g}): left out of every "
+            "occupancy figure, as a missing value is"
+        )
+    if bad_blocks.any():
+        found.append(
+            f"{bad_blocks.sum()} kernel event(s) give a negative or larger-than-any-grid blocks per SM: left out, "
+            "as a missing value is"
+        )
+    if not found:
+        return None
+    return Finding(
+        "Impossible values left out",
+        "; ".join(found) + ".",
+        {
+            "launches_sharing_correlation": shared,
+            "occupancy_out_of_range": int(bad_occupancy.sum()),
+            "blocks_per_sm_out_of_range": int(bad_blocks.sum()),
+        },
+    )
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -568,6 +773,11 @@ RULES: tuple[Rule, ...] = (
     Rule("wrong_alignment", "is_causal (top-left) with fewer queries than keys", wrong_alignment),
     Rule("dense_mask_backend", "a dense SDPA mask: the backend that ran and the one refused", dense_mask_backend),
     Rule("first_call", "first forward vs the steady state, with its cause", first_call),
+    Rule(
+        "impossible_values",
+        "shared correlation ids, occupancy outside 0..100%, impossible blocks per SM",
+        impossible_values,
+    ),
 )
 
 

@@ -116,6 +116,7 @@ class TraceSummary(TypedDict):
     gpu_memory_bytes: int | None
     compute_capability: str | None
     sm_count: int | None
+    gpu_count: int  # GPUs that ran kernels; `gpus` lists at most gpu_metrics.MAX_LISTED_GPUS of them
     gpus: list[dict[str, Any]]
     # Steps by the plugin's rules (profiling/step_breakdown.py), idle time by HTA's (profiling/idle_time.py).
     average_step_time_us: float | None

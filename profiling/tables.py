@@ -110,11 +110,35 @@ def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.Data
     return _aggregate_ops(frame)
 
 
+def first_launches(trace: Trace) -> np.ndarray:
+    """Rows of the launch events GPU work is attributed to: per correlation id, the first in the file.
+
+    CUPTI gives every launch its own correlation id, and its GPU work carries that id; a trace whose
+    launches share one (a merged or crafted file) cannot say which caused the work. Counting it once
+    per launch multiplied device time (50 launches of one id made a 100 us kernel 5,000 us), so it
+    goes to the first launch only, as the windows and the step breakdown also take the first launch
+    of an id. `shared_correlation_launches` counts the others, for the insight that says so.
+    """
+    ev = trace.events
+    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
+    correlation = ev["correlation"].to_numpy()[launches]
+    first = ~pd.Series(correlation).duplicated().to_numpy() & ~np.isnan(correlation)
+    return launches[first]
+
+
+def shared_correlation_launches(trace: Trace) -> int:
+    """Launch events whose correlation id an earlier launch already has: they get no GPU work."""
+    ev = trace.events
+    correlation = ev["correlation"].to_numpy()[ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy()]
+    return int((~np.isnan(correlation)).sum()) - len(first_launches(trace))
+
+
 def _launched_device_time(trace: Trace, parent: np.ndarray) -> np.ndarray:
-    """Per event: the device time of the GPU work launched by its direct runtime/driver children."""
+    """Per event: the device time of the GPU work launched by its direct runtime/driver children, each
+    GPU event counted once (`first_launches`)."""
     ev = trace.events
     gpu = trace.gpu_activity.groupby("correlation")["dur"].sum()
-    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
+    launches = first_launches(trace)
     owners = launches[parent[launches] >= 0]
     launch_time = gpu.reindex(ev["correlation"].to_numpy()[owners]).fillna(0.0).to_numpy()
     return np.bincount(parent[owners], weights=launch_time, minlength=len(ev))
@@ -172,7 +196,8 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
     grouped = gpu.groupby("name", sort=False)
     first = grouped.first()
     names = first.index
-    stats = kernel_stats(trace).reindex(names)
+    decoded = [decode(n) for n in names]  # once per name: the tensor-core column and the meaning read it
+    stats = kernel_stats(trace, {n: d.tensor_cores for n, d in zip(names, decoded, strict=True)}).reindex(names)
     table = pd.DataFrame(
         {
             "kernel": [short_kernel_name(n) for n in names],
@@ -191,7 +216,7 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
             "achieved occupancy (%)": stats["achieved occupancy (%)"].to_numpy(),
             "tensor cores": stats["tensor cores"].fillna("n/a").to_numpy(),
             "launched by": launching_ops(trace).reindex(names).fillna("").to_numpy(),
-            "meaning": [decode(n).summary for n in names],
+            "meaning": [d.summary for d in decoded],
             "name": names,
         },
         columns=KERNEL_COLUMNS,
@@ -203,18 +228,24 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
 
 
 def launching_ops(trace: Trace) -> pd.Series:
-    """Per GPU activity name, the op that launched it most often (the innermost op around the launch)."""
+    """Per GPU activity name, the op that launched it most often (the innermost op around the launch);
+    among ops tied for most, the one whose launch came first."""
     ev = trace.events
     parent = structure(trace).parent
-    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (parent >= 0))
+    launches = first_launches(trace)
+    launches = launches[parent[launches] >= 0]
     op_of_launch = pd.Series(ev["name"].to_numpy()[parent[launches]], index=ev["correlation"].to_numpy()[launches])
-    op_of_launch = op_of_launch[~op_of_launch.index.duplicated()]
     gpu = trace.gpu_activity
-    ops = pd.Series(op_of_launch.reindex(gpu["correlation"].to_numpy()).to_numpy(), index=gpu["name"].to_numpy())
-    ops = ops.dropna()
-    if ops.empty:
+    op = op_of_launch.reindex(gpu["correlation"].to_numpy()).to_numpy()
+    pairs = pd.DataFrame({"name": gpu["name"].to_numpy(), "op": op})
+    pairs = pairs.dropna()
+    if pairs.empty:
         return pd.Series(dtype=object)
-    return ops.groupby(level=0).agg(lambda s: s.value_counts().index[0])
+    # One count per (name, op) in order of first sight, then the largest per name: no Python per name.
+    counts = pairs.groupby(["name", "op"], sort=False).size()
+    best = counts.iloc[np.argsort(-counts.to_numpy(), kind="stable")]
+    best = best[~best.index.get_level_values("name").duplicated()]
+    return pd.Series(best.index.get_level_values("op"), index=best.index.get_level_values("name"))
 
 
 NAME_IN_TABLE = 4096  # characters of a trace's string shown in a table cell: real CUTLASS names pass 1 kB
