@@ -60,7 +60,8 @@ def lanes_of(events: pd.DataFrame) -> np.ndarray:
 def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Depth and parent row (-1 for none) of each complete event within its (pid, tid) lane.
 
-    `lanes` is `lanes_of(events)`, passed in when the caller already has it.
+    An event's parent is the innermost one it starts strictly inside and ends within (as torch
+    nests them; see `_walk`). `lanes` is `lanes_of(events)`, passed in when the caller has it.
     """
     depth = np.full(len(events), -1, dtype=np.int64)
     parent = np.full(len(events), -1, dtype=np.int64)
@@ -85,6 +86,7 @@ def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndar
 
 
 WALK_BLOCK = 1 << 18
+END_SLACK_US = 1e-3  # 1 ns: how far a child's end may pass its parent's
 
 
 @dataclass
@@ -104,13 +106,17 @@ def _walk(
     for i, (lane, start, stop, row) in enumerate(zip(lanes, starts, stops, rows, strict=True)):
         if lane != lane_now:
             lane_now, stack = lane, []
-        # A child may overhang its parent by a rounding step; 1 ns of slack absorbs it.
-        while stack and stack[-1][0] < stop - 1e-3:
+        # torch's `EventList._populate_cpu_children` (torch/autograd/profiler_util.py): the open event
+        # adopts only what starts before it ends and ends by its end. An event that starts where the
+        # open one ends is its sibling: at 1.7e15 µs float64 rounds to 0.25 µs, so back-to-back
+        # ns-resolution events share a timestamp. So a zero-length event never adopts anything (a
+        # 0 µs launch, the next launch at that µs). Only the end gets END_SLACK_US: a child may
+        # overhang its parent by a rounding step.
+        while stack and (start >= stack[-1][0] or stop > stack[-1][0] + END_SLACK_US):
             stack.pop()
         depths[i] = len(stack)
         parents[i] = stack[-1][1] if stack else -1
-        if stop >= start:
-            stack.append((stop, row))
+        stack.append((stop, row))
     state.stack, state.lane = stack, lane_now
     return depths, parents
 

@@ -45,7 +45,8 @@ __all__ = [
 GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 # Host-side calls that put work on a device; their `correlation` id names that work. ROCm traces
 # use these categories too: Kineto's roctracer wrapper types HIP API calls (`hipLaunchKernel`,
-# `hipExtModuleLaunchKernel`, ...) as CUDA_RUNTIME (libkineto/src/RoctracerActivity.h).
+# `hipExtModuleLaunchKernel`, ...) as CUDA_RUNTIME (libkineto/src/RoctracerActivity.h). MTIA, XPU
+# and PrivateUse1 backends write their own runtime/driver categories, read as these two below.
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 # Every category spelling Kineto has written, as (spelling, canonical name, who writes it). The
@@ -64,6 +65,12 @@ CATEGORY_SPELLINGS: tuple[tuple[str, str, str], ...] = (
     ("cuda_driver", "cuda_driver", "torch >= 2.1 (Triton's cuLaunchKernel)"),
     ("hip_runtime", "cuda_runtime", "not written by Kineto; third-party ROCm converters"),
     ("hip_driver", "cuda_driver", "not written by Kineto; third-party ROCm converters"),
+    # Kineto's ActivityType names for other accelerators (libkineto/include/ActivityType.h).
+    ("mtia_runtime", "cuda_runtime", "Kineto MTIA_RUNTIME (Meta's MTIA)"),
+    ("xpu_runtime", "cuda_runtime", "Kineto XPU_RUNTIME (Intel GPUs)"),
+    ("xpu_driver", "cuda_driver", "Kineto XPU_DRIVER (Intel GPUs)"),
+    ("privateuse1_runtime", "cuda_runtime", "Kineto PRIVATEUSE1_RUNTIME (out-of-tree backends)"),
+    ("privateuse1_driver", "cuda_driver", "Kineto PRIVATEUSE1_DRIVER (out-of-tree backends)"),
     ("Operator", "cpu_op", "torch 1.8-1.9"),
     ("cpu_op", "cpu_op", "torch >= 1.10"),
     ("Python", "python_function", "torch 1.8-1.9 (with_stack)"),
@@ -76,11 +83,16 @@ CATEGORY_SPELLINGS: tuple[tuple[str, str, str], ...] = (
     ("cpu_instant_event", "cpu_instant_event", "torch >= 1.10 ([memory] and other instants)"),
 )
 _CANONICAL_CATEGORY = {spelling.lower(): canonical for spelling, canonical, _ in CATEGORY_SPELLINGS}
+# The 2021 spellings exactly as written (`Kernel`, `Runtime`, `Operator`, ...). In those traces a
+# launch's `external id` is the op that made it; later, Kineto wrote the correlation id there.
+KINETO_2021_SPELLINGS = frozenset(s for s, _, who in CATEGORY_SPELLINGS if who.startswith("torch 1.8-1.9"))
 # torch.profiler's step marker; torch 1.8-1.9 recorded it as an `Operator`, later as a `user_annotation`.
 STEP_PREFIX = "ProfilerStep#"
 # The other `record_function` ranges torch itself opens, which torch 1.8-1.9 also recorded as an
-# `Operator`: the optimizer's step and zero_grad, and the DataLoader's next(). Annotations, not ops.
-ANNOTATION_PREFIXES = (STEP_PREFIX, "Optimizer.", "enumerate(DataLoader)#")
+# `Operator`: the optimizer's step and zero_grad, and the DataLoader's and DataPipe's next().
+# Annotations, not ops (the TensorBoard plugin lists none of them as an op: node.py,
+# `create_operator_node` and `is_operator_node`).
+ANNOTATION_PREFIXES = (STEP_PREFIX, "Optimizer.", "enumerate(DataLoader)#", "enumerate(DataPipe)#")
 
 
 if TYPE_CHECKING:
@@ -90,13 +102,14 @@ if TYPE_CHECKING:
 @dataclass
 class Derived:
     """What later stages compute from a trace once and reuse: one typed slot each, filled on first use
-    by the module that owns it (`structure`, `step_breakdown`)."""
+    by the module that owns it (`structure`, `step_breakdown`, `launches`)."""
 
     lanes: np.ndarray | None = None  # an integer per (pid, tid) lane, per event
     processes: np.ndarray | None = None  # an integer per pid, per event
     structure: Structure | None = None
     aten_rows: np.ndarray | None = None  # positions of the aten:: ops
     launch_work: tuple[np.ndarray, dict[str, np.ndarray]] | None = None  # launches' rows, the work each caused
+    launch_owners: np.ndarray | None = None  # per event, the row of the op that made it (launches only)
     plugin_steps: pd.DataFrame | None = None
     factorized: dict[str, tuple[np.ndarray, pd.Index]] = field(default_factory=dict)  # column -> codes, values
 
@@ -110,7 +123,21 @@ class Trace:
     metadata: dict[str, Any] = field(default_factory=dict)
     skipped: int = 0
     source: str = "trace"
+    spellings: frozenset[str] = frozenset()  # the categories as the file spells them, before normalising
     derived: Derived = field(default_factory=Derived, repr=False)
+
+    @property
+    def kineto_2021(self) -> bool:
+        """Whether the file uses the 2021 spellings (torch 1.8-1.9), where `external id` names a launch's op."""
+        return not self.spellings.isdisjoint(KINETO_2021_SPELLINGS)
+
+    @property
+    def python_spelled_2021(self) -> bool:
+        """Whether the `python_function` rows were all `Python` in the file: torch 1.8-1.9's with_stack
+        events, CPU work to the TensorBoard plugin (its PYTHON type), unlike today's `python_function`
+        (PYTHON_FUNCTION, which it leaves out). A file with both spellings has lost which row was which."""
+        spelled = {s.lower() for s in self.spellings}
+        return "python" in spelled and "python_function" not in spelled
 
     def of_category(self, *categories: str) -> pd.DataFrame:
         return self.events[self.events["cat"].isin(categories)]
@@ -186,14 +213,25 @@ def parse_trace(data: bytes, source: str = "trace", **limits: int) -> Trace:
 
 def _trace(raw: RawTrace, source: str) -> Trace:
     events = pd.DataFrame(raw.columns, columns=COLUMNS, copy=False)  # the columns are ours: no second copy
-    events["cat"] = canonical_categories(events["cat"], events["name"])
+    spellings = frozenset(pd.unique(events["cat"]))  # a handful per trace
+    events["cat"] = canonical_categories(events["cat"], events["name"], spellings)
     properties = device_properties(raw.metadata.get("deviceProperties"))
-    return Trace(events=events, device_properties=properties, metadata=raw.metadata, skipped=raw.skipped, source=source)
+    return Trace(
+        events=events,
+        device_properties=properties,
+        metadata=raw.metadata,
+        skipped=raw.skipped,
+        source=source,
+        spellings=spellings,
+    )
 
 
-def canonical_categories(cat: pd.Series, name: pd.Series) -> pd.Series:
-    """Categories in today's spelling (CATEGORY_SPELLINGS); a step recorded as an op becomes an annotation."""
-    mapping = {c: _CANONICAL_CATEGORY.get(c.lower(), c) for c in pd.unique(cat)}  # a handful per trace
+def canonical_categories(cat: pd.Series, name: pd.Series, spellings: frozenset[str] | None = None) -> pd.Series:
+    """Categories in today's spelling (CATEGORY_SPELLINGS); a step recorded as an op becomes an annotation.
+
+    `spellings` are the distinct values of `cat`, where the caller has them."""
+    distinct = pd.unique(cat) if spellings is None else spellings
+    mapping = {c: _CANONICAL_CATEGORY.get(c.lower(), c) for c in distinct}
     canonical = cat.map(mapping)
     # The analysis finds steps and torch's own ranges among user annotations, as torch >= 1.10 records them.
     is_annotation = canonical.eq("cpu_op") & name.str.startswith(ANNOTATION_PREFIXES)

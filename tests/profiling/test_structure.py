@@ -1,9 +1,20 @@
-"""Nesting and subtree sums against plain loops, on random forests and on a hostile chain."""
+"""Nesting and subtree sums against plain loops and torch's own tree, on random forests, boundaries,
+a hostile chain and a real profile at nanosecond resolution."""
+
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
 
-from profiling.structure import nest, propagate_up
+from profiling.structure import nest, propagate_up, structure
+from profiling.tables import merged_into_parent, op_table_from_trace
+from profiling.trace import load_trace
 
 
 def _subtree_sums(values, parent):
@@ -44,3 +55,177 @@ def test_identical_intervals_nest_into_a_chain_and_sum_along_it():
     assert sorted(depth.tolist()) == list(range(n))
     total = propagate_up(np.ones(n), parent, depth)
     assert sorted(total.tolist()) == [float(k) for k in range(1, n + 1)]
+
+
+# --- nesting as torch does it (issue 17) ---------------------------------------------------------
+
+
+def _torch_parents(intervals: list[tuple[int, float, float]]) -> list[int]:
+    """Parent position of each (lane, start, end), by torch's `EventList._populate_cpu_children`
+    (torch/autograd/profiler_util.py) written out plainly, with 1 ns of slack on the end only."""
+    parent = [-1] * len(intervals)
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], intervals[i][1], -intervals[i][2], i))
+    stack: list[int] = []
+    lane_now = None
+    for i in order:
+        lane, start, end = intervals[i]
+        if lane != lane_now:
+            lane_now, stack = lane, []
+        while stack:
+            open_end = intervals[stack[-1]][2]
+            if start >= open_end or end > open_end + 1e-3:
+                stack.pop()  # this can't be a parent
+            else:
+                parent[i] = stack[-1]
+                break
+        stack.append(i)
+    return parent
+
+
+def _frame(intervals: list[tuple[int, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "ph": ["X"] * len(intervals),
+            "pid": ["1"] * len(intervals),
+            "tid": [str(lane) for lane, _, _ in intervals],
+            "ts": [float(s) for _, s, _ in intervals],
+            "end": [float(e) for _, _, e in intervals],
+        }
+    )
+
+
+def _parents(intervals: list[tuple[int, float, float]]) -> list[int]:
+    return nest(_frame(intervals))[1].tolist()
+
+
+def test_an_event_starting_where_the_open_one_ends_is_its_sibling():
+    # [0, 10) then [10, 20): touching at a shared µs; and a 0 µs event exactly at the end.
+    assert _parents([(1, 0, 10), (1, 10, 20)]) == [-1, -1]
+    assert _parents([(1, 0, 10), (1, 10, 10)]) == [-1, -1]
+    # Inside a parent, the same: both are children of the parent, neither of the other.
+    assert _parents([(1, 0, 30), (1, 0, 10), (1, 10, 10)]) == [-1, 0, 0]
+    assert _parents([(1, 0, 30), (1, 0, 10), (1, 10, 20)]) == [-1, 0, 0]
+
+
+def test_a_zero_length_launch_never_adopts_the_next_launch_at_that_microsecond():
+    op, first, second = (1, 100, 120), (1, 110, 110), (1, 110, 110)
+    assert _parents([op, first, second]) == [-1, 0, 0]
+    # A longer event starting there comes first (longer first, as torch sorts) and adopts it.
+    assert _parents([op, first, (1, 110, 115)]) == [-1, 2, 0]
+
+
+def test_a_child_may_end_at_its_parents_end_or_1_ns_past_it_but_no_later():
+    assert _parents([(1, 0, 10), (1, 5, 10)]) == [-1, 0]
+    assert _parents([(1, 0, 10), (1, 5, 10.0009)]) == [-1, 0]
+    assert _parents([(1, 0, 10), (1, 5, 10.002)]) == [-1, -1]
+    # No slack on the start: a child must start before its parent ends.
+    assert _parents([(1, 0, 10), (1, 9.9995, 10.0005)]) == [-1, 0]
+    assert _parents([(1, 0, 10), (1, 10.0, 10.0005)]) == [-1, -1]
+
+
+def test_identical_intervals_nest_and_lanes_never_mix():
+    assert _parents([(1, 0, 10), (1, 0, 10)]) == [-1, 0]
+    assert _parents([(1, 0, 10), (2, 2, 3), (1, 2, 3)]) == [-1, -1, 0]
+
+
+def test_back_to_back_events_at_float64_resolution_stay_siblings():
+    # At 1.7e15 µs float64 steps by 0.25 µs: a 0.1 µs `aten::result_type` right after another reads
+    # as [t, t], starting where its predecessor ends. Nested in it, a same-name only child would be
+    # merged into it and a call lost (2,359 vs torch's 2,415 on HTA's ns-resolution trace).
+    t = 1.7e15
+    assert t + 0.1 == t and t + 0.25 > t  # the rounding the test relies on
+    add, first, second = (1, t, t + 2.0), (1, t + 0.5, t + 1.0), (1, t + 1.0, t + 1.0 + 0.1)
+    assert _parents([add, first, second]) == [-1, 0, 0]
+
+
+def test_nesting_matches_torchs_rule_on_random_boundary_heavy_lanes():
+    # Times on a coarse grid, many zero-length and touching events: every boundary case at once.
+    rng = np.random.default_rng(17)
+    for _ in range(300):
+        n = int(rng.integers(1, 25))
+        starts = rng.integers(0, 12, n)
+        lengths = rng.choice([0, 0, 1, 2, 3, 6, 12], n)
+        lanes = rng.integers(1, 3, n)
+        intervals = [(int(lane), float(s), float(s + d)) for lane, s, d in zip(lanes, starts, lengths, strict=True)]
+        assert _parents(intervals) == _torch_parents(intervals), intervals
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[profile, Path]:
+    """A real CPU profile of small ops with small children (scalar wrapping, no-op `to`, dtype
+    promotion, `aten::mul` calling `aten::mul`, same-name siblings ~0.2 µs apart), with torch's own
+    tree beside its trace."""
+    x, ints = torch.randn(8, 8), torch.arange(8)
+    cond, q = x > 0, x[None, None]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(300):
+            torch.where(cond, x, 0.5)
+            torch.where(cond, 0.5, 1.5)  # two `aten::scalar_tensor` back to back
+            torch.isclose(x, x)
+            ints * 0.5
+            ints + x[0]
+            torch.std_mean(x)  # two `aten::empty` back to back
+            torch.nn.functional.scaled_dot_product_attention(q, q, q)  # `aten::transpose` twice
+    path = tmp_path_factory.mktemp("ns") / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    return prof, path
+
+
+def _shifted(path: Path, out: Path, absolute: bool) -> Path:
+    """The trace with its times moved, by Decimal arithmetic on the text (no ns digit is lost first).
+
+    Not `absolute`: to start at 0, where float64 keeps every ns. `absolute`: to start at 1.7e15 µs
+    since 1970 (late 2023), as Kineto wrote times before `baseTimeNanoseconds`, each event's start and
+    end then rounded once to float64 (steps of 0.25 µs there): back-to-back events collide, a 0.1 µs
+    event reads as 0 µs, and nothing moves further than a rounding step.
+    """
+    document = json.loads(path.read_text(), parse_float=Decimal)
+    events = document["traceEvents"]
+    shift = (Decimal("1.7e15") if absolute else 0) - min(Decimal(e["ts"]) for e in events if "ts" in e)
+    numbers: dict[str, str] = {}
+    for k, event in enumerate(events):
+        if "ts" not in event:
+            continue
+        start = Decimal(event["ts"]) + shift
+        stop = start + Decimal(event.get("dur", 0))
+        if absolute:  # float() rounds a Decimal to the nearest float64; the difference is then exact
+            start, stop = Decimal(float(start)), Decimal(float(stop))
+        numbers[f"@ts{k}@"] = str(start)
+        event["ts"] = f"@ts{k}@"
+        if "dur" in event:
+            numbers[f"@dur{k}@"] = str(stop - start)
+            event["dur"] = f"@dur{k}@"
+    text = re.sub(r'"(@\w+@)"', lambda m: numbers[m.group(1)], json.dumps(document, default=str))
+    out.write_text(text)
+    return out
+
+
+def test_op_calls_on_a_nanosecond_trace_at_1_7e15_us_agree_with_torchs_tree(recorded, tmp_path):
+    prof, path = recorded
+    trace = load_trace(_shifted(path, tmp_path / "absolute.json", absolute=True))
+    assert trace.events["ts"].min() == 1.7e15 and np.spacing(1.7e15) == 0.25
+    table = op_table_from_trace(trace)
+    calls = dict(zip(table["name"], table["calls"], strict=True))
+    assert calls == {e.key: e.count for e in prof.key_averages()}
+
+
+def test_every_parent_agrees_with_torchs_tree(recorded, tmp_path):
+    # torch's own tree (FunctionEvent.cpu_parent, after `_remove_dup_nodes`), event by event through
+    # the External id, which is the FunctionEvent's id; at full ns resolution, the rule alone decides.
+    prof, path = recorded
+    torch_parent = {e.id: (e.cpu_parent.id if e.cpu_parent is not None else None) for e in prof.events()}
+    trace = load_trace(_shifted(path, tmp_path / "from_zero.json", absolute=False))
+    s = structure(trace)
+    ev = trace.events
+    children = np.bincount(s.parent[s.parent >= 0], minlength=len(ev))
+    kept = merged_into_parent(ev["name"].to_numpy(), s.parent, children)
+    ids = ev["external_id"].to_numpy()
+    compared = 0
+    for row in np.flatnonzero(ev["cat"].to_numpy() == "cpu_op"):
+        if kept[row] != row:
+            continue  # merged into its parent, as torch deletes it
+        parent = s.parent[row]
+        ours = None if parent < 0 else int(ids[kept[parent]])
+        assert ours == torch_parent[int(ids[row])], ev.iloc[row]["name"]
+        compared += 1
+    assert compared == len(torch_parent)

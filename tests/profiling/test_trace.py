@@ -3,10 +3,12 @@
 import gzip
 import json
 
+import pandas as pd
 import pytest
 
-from profiling.tables import kernel_table
-from profiling.trace import TraceError, load_trace, parse_trace
+from profiling.step_breakdown import step_breakdown
+from profiling.tables import kernel_table, op_table_from_trace
+from profiling.trace import LAUNCH_CATEGORIES, TraceError, load_trace, parse_trace
 from tests.conftest import DATA, GPU_TRACES
 
 
@@ -117,3 +119,118 @@ def test_file_over_the_size_limit(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(TraceError, match="cannot read"):
         load_trace(tmp_path / "nope.json")
+
+
+# --- other accelerators' launch categories, DataPipe, the 2021 spellings (issue 17) -------------------
+
+VINTAGES = DATA / "vintages"
+# Restated here, not imported: Kineto's ActivityType names of other accelerators' host-side calls,
+# and the CUDA category each stands for.
+ACCELERATOR_LAUNCHES = {
+    "mtia_runtime": "cuda_runtime",
+    "xpu_runtime": "cuda_runtime",
+    "xpu_driver": "cuda_driver",
+    "privateuse1_runtime": "cuda_runtime",
+    "privateuse1_driver": "cuda_driver",
+}
+ACCELERATOR_TRACES = ("mtia_runtime.json", "xpu_runtime_driver.json", "privateuse1_runtime_driver.json")
+
+
+def _as_cuda(document: dict) -> bytes:
+    """The same trace with CUDA's launch categories, and DataPipe's range as an annotation."""
+    events = []
+    for e in document["traceEvents"]:
+        e = dict(e, cat=ACCELERATOR_LAUNCHES.get(e.get("cat"), e.get("cat")))
+        if e["name"].startswith("enumerate(DataPipe)#"):
+            e["cat"] = "user_annotation"
+        events.append(e)
+    return json.dumps({**document, "traceEvents": events}).encode()
+
+
+@pytest.mark.parametrize("name", ACCELERATOR_TRACES)
+def test_other_accelerators_launch_categories_read_as_cudas(name):
+    document = json.loads((VINTAGES / name).read_text())
+    trace = load_trace(VINTAGES / name)
+    pd.testing.assert_frame_equal(trace.events, parse_trace(_as_cuda(document)).events)
+    launches = [e for e in document["traceEvents"] if e["cat"] in ACCELERATOR_LAUNCHES]
+    assert len(trace.of_category(*LAUNCH_CATEGORIES)) == len(launches) > 0
+
+
+def _role_cells(document: dict) -> dict[str, int]:
+    """µs of the one step's span per role, each µs to the first role busy then (the plugin's
+    ProfileRole order), by counting whole-µs cells of the raw events: the plain route."""
+    events = [e for e in document["traceEvents"] if e.get("ph") == "X"]
+    step = next(e for e in events if e["name"].startswith("ProfilerStep#"))
+    roles = {
+        "kernel": lambda e: e["cat"] == "kernel",
+        "memcpy": lambda e: e["cat"] == "gpu_memcpy",
+        "runtime": lambda e: e["cat"] in ACCELERATOR_LAUNCHES or e["cat"] in ("cuda_runtime", "cuda_driver"),
+        "dataloader": lambda e: e["name"].startswith("enumerate(DataPipe)#"),
+        "cpu_exec": lambda e: e["cat"] in ("cpu_op", "user_annotation") and e is not step,
+    }
+    taken: set[int] = set()
+    cells = {}
+    for role, plays in roles.items():
+        busy = {t for e in events if plays(e) for t in range(e["ts"], e["ts"] + e["dur"])}
+        mine = {t for t in busy - taken if step["ts"] <= t < step["ts"] + step["dur"]}
+        cells[role] = len(mine)
+        taken |= busy
+    cells["other"] = step["dur"] - sum(cells.values())
+    return cells
+
+
+@pytest.mark.parametrize("name", ACCELERATOR_TRACES)
+def test_an_mtia_xpu_or_privateuse1_step_is_not_all_cpu_exec(name):
+    expected = _role_cells(json.loads((VINTAGES / name).read_text()))
+    per_step = step_breakdown(load_trace(VINTAGES / name)).per_step
+    assert len(per_step) == 1
+    row = per_step.iloc[0]
+    assert expected["runtime"] > 0 and row["runtime (us)"] == expected["runtime"]
+    for role, us in expected.items():
+        assert row.get(f"{role} (us)", 0.0) == pytest.approx(us), role
+
+
+def test_a_datapipe_range_is_dataloader_time_and_not_an_op():
+    # The plugin's TestDataPipe: `enumerate(DataPipe)#...`, recorded as a cpu_op, is DataLoader time
+    # and never an operator (node.py, create_operator_node / is_operator_node).
+    trace = load_trace(VINTAGES / "mtia_runtime.json")
+    pipe = trace.events[trace.events["name"].str.startswith("enumerate(DataPipe)#")]
+    assert list(pipe["cat"]) == ["user_annotation"]
+    table = op_table_from_trace(trace)
+    assert list(table["name"]) == ["aten::linear"]
+    assert step_breakdown(trace).per_step.iloc[0]["dataloader (us)"] == 20
+
+
+@pytest.mark.parametrize(
+    ("path", "old"),
+    [
+        (VINTAGES / "kineto_2021.json", True),
+        (VINTAGES / "kineto_2024.json", False),
+        (VINTAGES / "driver_1x_style.json", False),  # `Driver` alone: never written by Kineto 2021
+        (DATA / "a100_simple_add.json.gz", False),
+        (VINTAGES / "mtia_runtime.json", False),
+    ],
+    ids=lambda v: getattr(v, "name", str(v)),
+)
+def test_the_2021_spellings_are_recognised_as_written(path, old):
+    assert load_trace(path).kineto_2021 is old
+
+
+def test_one_2021_spelling_among_new_ones_marks_the_trace_old():
+    # The plugin's own distributed tests mix `cpu_op` with `Kernel`.
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "nccl:broadcast", "ts": 0, "dur": 75, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "Kernel", "name": "ncclKernel", "ts": 16, "dur": 16, "pid": 0, "tid": 7},
+    ]
+    trace = parse_trace(json.dumps(events).encode())
+    assert trace.kineto_2021 and trace.spellings == {"cpu_op", "Kernel"}
+
+
+@pytest.mark.parametrize(
+    ("cats", "old"),
+    [(["Operator", "Python"], True), (["cpu_op", "python_function"], False), (["Python", "python_function"], False)],
+)
+def test_python_events_spelled_the_2021_way(cats, old):
+    events = [{"ph": "X", "cat": c, "name": f"e{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i, c in enumerate(cats)]
+    assert parse_trace(json.dumps(events).encode()).python_spelled_2021 is old
+    assert load_trace(VINTAGES / "kineto_2021.json").python_spelled_2021
