@@ -288,3 +288,27 @@ def test_14_first_call_is_private_to_its_session(app_url):
     first = Client(app_url, verbose=False).predict(*shape, api_name="/profile")[0]
     again = Client(app_url, verbose=False).predict(*shape, api_name="/profile")[0]
     assert first["first_call_fresh"] and again["first_call_fresh"]  # the second session learns nothing
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "input_type_list",
+        "input_dims_1e300",
+        "sdpa_dims_text",
+        "block_1e200",
+        "warp_size_0",
+        "occupancy_1e6",
+        "shared_correlation",
+    ],
+)
+def test_12_13_crafted_args_through_the_app(app_url, client, tmp_path, monkeypatch, case):
+    """The crafted cases of tests/test_crafted_args.py, through the server: a result, the bad value in no number."""
+    from tests.test_crafted_args import CASES, _bounded
+
+    built = CASES[case]()
+    upload = _gzip(tmp_path / f"{case}.json.gz", built.doc)
+    outcome = under_attack(app_url, client, upload, monkeypatch)[0]
+    assert not isinstance(outcome, AppError), str(outcome)[:300]
+    built.check_summary(outcome[0])
+    _bounded(outcome[0])
