@@ -51,8 +51,13 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def app_url() -> str:
-    """The real app, served on a free local port for the whole session."""
+    """The real app, served on a free local port for the whole session.
+
+    Its tests play many users from one address, so the per-client cap on pending requests is lifted
+    here; `tests/test_hostile_round2.py` tests the cap on an app of its own."""
     import app
+
+    os.environ.setdefault("ATTENTION_PROFILER_PENDING_PER_CLIENT", "64")
 
     demo = app.build_demo()
     port = _free_port()

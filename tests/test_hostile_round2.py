@@ -219,7 +219,11 @@ def small_quota_app():
 
     import app
 
-    settings = {"ATTENTION_PROFILER_CLIENT_UPLOAD_BYTES": str(3 * MiB), "ATTENTION_PROFILER_TRUST_PROXY": "1"}
+    settings = {
+        "ATTENTION_PROFILER_CLIENT_UPLOAD_BYTES": str(3 * MiB),
+        "ATTENTION_PROFILER_TRUST_PROXY": "1",
+        "ATTENTION_PROFILER_PENDING_PER_CLIENT": "2",
+    }
     saved = {key: os.environ.get(key) for key in settings}
     os.environ.update(settings)
     demo, port = app.build_demo(), _free_port()
