@@ -2,8 +2,9 @@
 
 A run holds its inputs (and, in training, their gradients and the upstream gradient) and output
 throughout; builds its dense mask once (only the variants that take one); then runs forwards (and
-backwards), and last the float64 reference. The peak is the persistent part plus the larger of the
-forward's and the reference's temporaries. Score matrices are `[batch, heads, q_len, seq_len]`.
+backwards), in which SDPA turns a dense mask into a float one on every call; and last the float64
+reference. The peak is the persistent part plus the larger of the forward's and the reference's
+temporaries. Score matrices are `[batch, heads, q_len, seq_len]`.
 
 It counts live tensors. glibc serves allocations under its mmap threshold (32 MiB at most) from a heap
 that keeps freed memory, so a run made of many small blocks can hold a few times their size in RSS;
@@ -41,7 +42,8 @@ REFERENCE_BLOCKS = (2, 4)
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes by stage; `peak` is what `AttentionSpec.estimated_bytes()` reports."""
+    """Bytes by stage; `peak` is what `AttentionSpec.estimated_bytes()` reports. `forward` includes SDPA's
+    per-call float mask (`sdpa_mask_per_call_bytes`)."""
 
     inputs: int
     mask_build: int
@@ -100,13 +102,28 @@ def _forward(spec: AttentionSpec) -> int:
     score_itemsize = max(4, spec.itemsize) if kind in FLOAT32_SCORES else spec.itemsize
     scores = matrices * spec.batch * spec.heads * spec.q_len * spec.seq_len * score_itemsize
     expanded = 2 * kv_side * spec.heads // spec.kv_heads if kind != "fused" and spec.kv_heads != spec.heads else 0
-    per_call_mask = spec.q_len * spec.seq_len if _rebuilds_mask(spec) else 0
-    return scores + expanded * (2 if spec.training else 1) + per_call_mask + q_side
+    return scores + expanded * (2 if spec.training else 1) + sdpa_mask_per_call_bytes(spec) + q_side
 
 
-def _rebuilds_mask(spec: AttentionSpec) -> bool:
-    """SDPA's causal_lower_right materialises `[q_len, seq_len]` on each call where no fused CUDA kernel takes it."""
-    return spec.variant == "sdpa" and spec.mask == "causal" and spec.q_len != spec.seq_len
+def sdpa_mask_per_call_bytes(spec: AttentionSpec) -> int:
+    """Bytes of the dense mask SDPA builds inside each call, alive through the kernel (0 for other variants).
+
+    SDPA turns a boolean `attn_mask` into an additive float mask of the query's dtype on every call,
+    one item per mask element: `[q_len, seq_len]`, or `[batch, 1, q_len, seq_len]` for padding (it is not
+    broadcast over heads). `causal_lower_right` first materialises its boolean `[q_len, seq_len]`, so it
+    costs 1 + itemsize bytes per element; the math backend builds `is_causal`'s mask itself in float32.
+    Measured on CPU, torch 2.13, 1x1x8192x8 (tests/attention/test_memory_masks.py): 4.0 bytes per element
+    for flash and float32 (2.0 in bfloat16), 5.0 for causal_lower_right (3.1), and math's is_causal
+    13 bytes per score element against 9 with no mask.
+    """
+    if spec.variant != "sdpa" or spec.mask == "none":
+        return 0
+    plane = spec.q_len * spec.seq_len
+    if spec.mask in ("sliding_window", "padding"):
+        return dense_mask_bytes(spec)[1] * spec.itemsize  # the kept boolean mask, one byte per element
+    if spec.mask == "causal" and spec.q_len != spec.seq_len:
+        return plane * (1 + spec.itemsize)  # causal_lower_right: where no fused CUDA kernel takes it
+    return plane * max(4, spec.itemsize) if score_kind(spec) == "math" else 0  # is_causal
 
 
 def _reference(spec: AttentionSpec) -> int:

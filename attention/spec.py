@@ -7,6 +7,7 @@ fits this machine (CUDA, memory, backend support) is `support.preflight`'s job.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,32 +35,71 @@ LIMITS: dict[str, tuple[int, int]] = {
 }
 
 
+QUOTE_CHARS = 100  # the most of any input an error message repeats
+VALID_LEN_ENTRY_CHARS = 20  # one padding length: a few digits, with room for blanks around them
+_REPR = reprlib.Repr()  # Python 3.11's Repr takes no arguments: its limits are set below
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = QUOTE_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 8
+
+
+def quote(value: Any) -> str:
+    """`repr(value)` for an error message, at most QUOTE_CHARS long, whatever the value's size.
+
+    reprlib slices strings and containers before it renders them, so a 20 MB input costs no more
+    than a short one; an int too long for `repr` (Python refuses past 4,300 digits) is described.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * QUOTE_CHARS:
+        return f"a whole number of about {int(value.bit_length() * 0.30103):,} digits"
+    text = _REPR.repr(value)
+    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
+
+
 def _check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
     if not isinstance(value, str) or value not in allowed:
-        raise SpecError(field, f"{value!r} is not one of {', '.join(allowed)}")
+        raise SpecError(field, f"{quote(value)} is not one of {', '.join(allowed)}")
 
 
 def _check_int(field: str, value: Any, low: int, high: int, note: str = "") -> None:
     # bool is an int in Python; True as a batch size is a bug, not a 1.
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(field, f"must be a whole number from {low} to {high}{note}, got {value!r}")
+        raise SpecError(field, f"must be a whole number from {low} to {high}{note}, got {quote(value)}")
     if not low <= value <= high:
-        raise SpecError(field, f"must be from {low} to {high}{note}, got {value}")
+        raise SpecError(field, f"must be from {low} to {high}{note}, got {quote(value)}")
 
 
-def _parse_valid_len(value: Any) -> tuple[int, ...]:
-    """One int, a comma list, or a sequence of ints, as a tuple; "" and None mean unused."""
+def _parse_valid_len(value: Any, batch: int) -> tuple[int, ...]:
+    """One int, a comma list, or a sequence of ints, as a tuple; "" and None mean unused.
+
+    Bounded before any parsing: a string of at most `batch` lengths of VALID_LEN_ENTRY_CHARS each, a
+    sequence of at most `batch` items; a longer one is refused at once, whatever its size.
+    """
     if value is None or value == "":
         return ()
     if isinstance(value, str):
-        try:
-            return tuple(int(t) for t in value.split(",") if t.strip())
-        except ValueError:
-            raise SpecError("valid_len", f"must be a whole number or a comma list of them, got {value!r}") from None
+        return _parse_valid_len_text(value, batch)
     items = value if isinstance(value, (tuple, list)) else (value,)
+    if len(items) > batch:
+        raise SpecError("valid_len", f"padding needs one length, or one per batch row ({batch}), got {len(items):,}")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise SpecError("valid_len", f"must be a whole number or a comma list of them, got {value!r}")
+        raise SpecError("valid_len", f"must be a whole number or a comma list of them, got {quote(value)}")
     return tuple(items)
+
+
+def _parse_valid_len_text(text: str, batch: int) -> tuple[int, ...]:
+    most = batch * (VALID_LEN_ENTRY_CHARS + 1)  # each length and its comma
+    if len(text) > most:
+        raise SpecError(
+            "valid_len",
+            f"padding needs one length, or one per batch row ({batch}): at most {most:,} characters, got {len(text):,}",
+        )
+    entries = [t for t in text.split(",") if t.strip()]
+    long = next((t for t in entries if len(t) > VALID_LEN_ENTRY_CHARS), None)
+    if long is not None:
+        raise SpecError("valid_len", f"each length is a whole number of a few digits, got {quote(long)}")
+    try:
+        return tuple(int(t) for t in entries)
+    except ValueError:
+        raise SpecError("valid_len", f"must be a whole number or a comma list of them, got {quote(text)}") from None
 
 
 @dataclass(frozen=True)
@@ -94,7 +134,7 @@ class AttentionSpec:
         for field, (low, high) in LIMITS.items():
             _check_int(field, getattr(self, field), low, high)
         if not isinstance(self.compile, bool):
-            raise SpecError("compile", f"must be true or false, got {self.compile!r}")
+            raise SpecError("compile", f"must be true or false, got {quote(self.compile)}")
         self._resolve_heads_and_lengths()
         self._resolve_mask_values()
         if self.device == "auto":
@@ -121,15 +161,16 @@ class AttentionSpec:
 
     def _resolve_mask_values(self) -> None:
         _check_int("window", self.window, 0, LIMITS["seq_len"][1])
-        valid_len = _parse_valid_len(self.valid_len)
         if self.mask == "sliding_window" and not 1 <= self.window <= self.seq_len:
             raise SpecError(
                 "window", f"sliding_window needs a window from 1 to seq_len ({self.seq_len}), got {self.window}"
             )
-        if self.mask == "padding":
-            valid_len = self._checked_valid_len(valid_len)
+        # Only padding reads valid_len: a hidden field's leftover (or a hostile one) is dropped unparsed.
+        valid_len = (
+            self._checked_valid_len(_parse_valid_len(self.valid_len, self.batch)) if self.mask == "padding" else ()
+        )
         object.__setattr__(self, "window", self.window if self.mask == "sliding_window" else 0)
-        object.__setattr__(self, "valid_len", valid_len if self.mask == "padding" else ())
+        object.__setattr__(self, "valid_len", valid_len)
 
     def _checked_valid_len(self, valid_len: tuple[int, ...]) -> tuple[int, ...]:
         if len(valid_len) == 1:
@@ -140,7 +181,7 @@ class AttentionSpec:
             )
         bad = [v for v in valid_len if not 1 <= v <= self.seq_len]
         if bad:
-            raise SpecError("valid_len", f"each length must be from 1 to seq_len ({self.seq_len}), got {bad[0]}")
+            raise SpecError("valid_len", f"each length must be from 1 to seq_len ({self.seq_len}), got {quote(bad[0])}")
         return valid_len
 
     def replace(self, **changes: Any) -> AttentionSpec:

@@ -1,7 +1,8 @@
-"""Memory admission for `/analyze`: an analysis starts only while the memory admitted to all of them fits.
+"""Memory admission for `/analyze`: an analysis starts only while the memory held by all jobs fits.
 
 An analysis's peak grows with its trace's inflated JSON and its events, so each is charged
-`analysis_peak_bytes` of them before it reads a byte, against one budget shared by every analysis in the process. One
+`analysis_peak_bytes` of them before it reads a byte, against the one machine budget
+(`attention.budget.machine_budget`) that every analysis and every CPU run of the process draws from. One
 that does not fit waits (first come, first served) for others to finish; one that could never fit
 is refused at once, with the numbers.
 
@@ -12,19 +13,17 @@ is refused at once, with the numbers.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import os
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from attention.budget import MemoryBudget, MiB, machine_budget
+from attention.budget import size as _gib
 from profiling.reader import MAX_SKELETON_BYTES, Limits, TraceError, inflated, raw_chunks
 
-MiB, GiB = 1024**2, 1024**3
 # Peak RSS growth of an analysis (`analyze_file`, then the tables rounded and the timeline and steps
 # charts drawn, as `/analyze` does) per byte of inflated JSON, and its fixed part. Measured in a
 # fresh process on tests/data/sampled_training_rank0 (a real CUDA training trace, ~360 bytes an
@@ -41,40 +40,12 @@ PEAK_PER_INFLATED_BYTE = 4.0
 # term charges 2-3x what they use: the price of an upper bound that small events cannot slip under.
 PEAK_PER_OBJECT = 1200
 PEAK_BASE_BYTES = 64 * MiB
-# Analyses together may hold this share of the machine's memory (or of its container's limit);
-# the rest is for the app, its profiling worker and the system.
-MEMORY_SHARE = 0.75
-BUDGET_ENV = "ATTENTION_PROFILER_ANALYSIS_MEMORY"  # bytes, overrides MEMORY_SHARE
 WAIT_ENV = "ATTENTION_PROFILER_ADMISSION_WAIT"  # seconds an analysis may wait for memory, then it is refused
 DEFAULT_WAIT_S = 300
-CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1
 
 
 class AdmissionError(TraceError):
     """An analysis that cannot be given its memory: never (too big for the budget) or not now (busy)."""
-
-
-def _gib(n: float) -> str:
-    return f"{n / GiB:,.1f} GiB" if n >= GiB else f"{n / MiB:,.0f} MiB"
-
-
-def machine_memory_bytes() -> int:
-    """Physical memory, or the container's memory limit where that is lower (cgroup v2 or v1)."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in CGROUP_LIMITS:
-        with contextlib.suppress(OSError, ValueError):  # no such cgroup file, or "max": no limit
-            total = min(total, int(Path(path).read_text().strip()))
-    return total
-
-
-def analysis_budget_bytes() -> int:
-    """The memory all analyses may hold together: `ATTENTION_PROFILER_ANALYSIS_MEMORY`, else MEMORY_SHARE."""
-    value = os.environ.get(BUDGET_ENV, "")
-    if value:
-        if not value.isdigit() or int(value) == 0:
-            raise ValueError(f"{BUDGET_ENV}: give a positive whole number of bytes, got {value!r}")
-        return int(value)
-    return int(machine_memory_bytes() * MEMORY_SHARE)
 
 
 def admission_wait_s() -> float:
@@ -136,20 +107,21 @@ def _not_blank_at_length(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-class MemoryGate:
-    """Admits jobs while the bytes admitted to them together fit `budget_bytes`; first come, first served."""
+class AnalysisGate:
+    """`/analyze`'s door to a memory budget: an analysis's own messages and AdmissionError (a TraceError)."""
 
-    def __init__(self, budget_bytes: int) -> None:
-        self.budget_bytes = budget_bytes
-        self._in_use = 0
-        self._queue: collections.deque[object] = collections.deque()
-        self._changed = threading.Condition()
+    def __init__(self, budget: MemoryBudget | int) -> None:
+        """`budget`: the budget to draw from (the machine's, see `analysis_gate`), or a size for a gate of its own."""
+        self.budget = budget if isinstance(budget, MemoryBudget) else MemoryBudget(budget)
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.budget.budget_bytes
 
     @property
     def in_use_bytes(self) -> int:
-        return self._in_use
+        return self.budget.in_use_bytes
 
-    @contextlib.contextmanager
     def admit(
         self,
         need_bytes: int,
@@ -158,9 +130,9 @@ class MemoryGate:
         what: str = "it",
         wait_s: float | None = None,
         cancelled: Callable[[], bool] | None = None,
-    ) -> Iterator[None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """Hold `need_bytes` of the budget for the `with` block; wait up to `wait_s` (default
-        `admission_wait_s()`) for room.
+        `admission_wait_s()`) for room, while runs and other analyses hold it.
 
         Raises AdmissionError, its message starting with `field`, when the job can never fit, when
         the wait runs out, or when `cancelled()` turns true while it waits.
@@ -168,41 +140,24 @@ class MemoryGate:
         if need_bytes > self.budget_bytes:
             raise AdmissionError(
                 f"{field}: analysing {what} needs about {_gib(need_bytes)} of memory; this server allows "
-                f"{_gib(self.budget_bytes)} for analyses, which fits up to "
+                f"{_gib(self.budget_bytes)} for runs and analyses together, which fits up to "
                 f"{_gib(max(0.0, (self.budget_bytes - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE))} of JSON "
                 f"or {max(0, (self.budget_bytes - PEAK_BASE_BYTES) // PEAK_PER_OBJECT):,} objects"
             )
-        self._acquire(need_bytes, field, admission_wait_s() if wait_s is None else wait_s, cancelled)
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._in_use -= need_bytes
-                self._changed.notify_all()
+        return self.budget.admit(
+            need_bytes,
+            field=field,
+            kind="analysis",
+            wait_s=admission_wait_s() if wait_s is None else wait_s,
+            cancelled=cancelled,
+            error=lambda name, detail: AdmissionError(f"{name}: {detail}"),
+        )
 
-    def _acquire(self, need: int, field: str, wait_s: float, cancelled: Callable[[], bool] | None) -> None:
-        ticket, give_up = object(), time.monotonic() + wait_s
-        with self._changed:
-            self._queue.append(ticket)
-            try:
-                while not (self._queue[0] is ticket and self._in_use + need <= self.budget_bytes):
-                    if cancelled is not None and cancelled():
-                        raise AdmissionError(f"{field}: cancelled while waiting for memory")
-                    left = give_up - time.monotonic()
-                    if left <= 0:
-                        raise AdmissionError(
-                            f"{field}: the server is busy: analyses in progress hold {_gib(self._in_use)} of "
-                            f"{_gib(self.budget_bytes)} and this one needs {_gib(need)}; waited {wait_s:g} s, "
-                            "try again in a few minutes"
-                        )
-                    self._changed.wait(min(left, 0.1))  # wakes to look at cancelled() too
-                self._in_use += need
-            finally:
-                self._queue.remove(ticket)
-                self._changed.notify_all()  # the next in line may fit now
+
+MemoryGate = AnalysisGate  # its former name, which tests/test_limits.py still uses
 
 
 @functools.cache
-def analysis_gate() -> MemoryGate:
-    """The gate every `/analyze` request in this process passes, sized by `analysis_budget_bytes()`."""
-    return MemoryGate(analysis_budget_bytes())
+def analysis_gate() -> AnalysisGate:
+    """The gate every `/analyze` request in this process passes: the machine budget that runs hold too."""
+    return AnalysisGate(machine_budget())

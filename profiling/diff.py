@@ -16,6 +16,10 @@ TOTAL_KEYS = (
     *("kernels_per_backward", "saved_for_backward_bytes", "backward_device_ms", "backward_cpu_ms"),
 )
 DIGITS = 4
+# A run's summary names a few dozen ops and kernels per forward; these bounds are far above any real one,
+# and stop a crafted summary (300,000 names took 18 s to diff) before any work is done on it.
+MAX_NAMES = 10_000  # per map
+MAX_NAME_CHARS = 4096  # the longest name a table shows
 
 
 class DiffError(ValueError):
@@ -26,13 +30,28 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_summary(field: str, summary: Any) -> dict[str, Any]:
-    """`summary` if it looks like one from /profile or /compare: finite numbers where numbers go."""
+def check_size(field: str, summary: Any) -> None:
+    """DiffError naming `field` when `summary` is no summary, or its op/kernel maps are past MAX_NAMES names
+    or hold a name past MAX_NAME_CHARS: checked in time bounded by MAX_NAMES, whatever the summary's size."""
     if not isinstance(summary, dict) or "per_forward_ops" not in summary:
         raise DiffError(f"{field}: give a summary returned by /profile or /compare")
     for key in COUNT_KEYS:
         counts = summary.get(key) or {}
-        if not isinstance(counts, dict) or not all(isinstance(k, str) and _number(v) for k, v in counts.items()):
+        if not isinstance(counts, dict):
+            raise DiffError(f"{field}: {key} must map names to finite numbers")
+        if len(counts) > MAX_NAMES:
+            raise DiffError(f"{field}: {key} holds {len(counts):,} names; a run's summary holds at most {MAX_NAMES:,}")
+        if any(not isinstance(name, str) or len(name) > MAX_NAME_CHARS for name in counts):
+            raise DiffError(f"{field}: {key} must map names of at most {MAX_NAME_CHARS:,} characters to numbers")
+
+
+def check_summary(field: str, summary: Any) -> dict[str, Any]:
+    """`summary` if it looks like one from /profile or /compare: bounded in size (`check_size`), finite
+    numbers where numbers go."""
+    check_size(field, summary)
+    for key in COUNT_KEYS:
+        counts = summary.get(key) or {}
+        if not all(_number(v) for v in counts.values()):
             raise DiffError(f"{field}: {key} must map names to finite numbers")
     for key in TOTAL_KEYS:
         if summary.get(key) is not None and not _number(summary[key]):
@@ -54,6 +73,7 @@ def _rows(kind: str, before: dict[str, float], after: dict[str, float]) -> list[
 def diff_summaries(before: dict[str, Any], after: dict[str, Any]) -> pd.DataFrame:
     """Rows for each op/kernel whose count per forward (or per backward, in training) changed, then
     time, memory and copies."""
+    check_size("before", before), check_size("after", after)  # both bounded before either is read
     before, after = check_summary("before", before), check_summary("after", after)
     kernel_kind = "kernel" if before.get("device") == "cuda" else "compute op"
     rows = _rows("op", before.get("per_forward_ops", {}), after.get("per_forward_ops", {}))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attention import AttentionSpec
-from attention.memory import FLOAT32_SCORES, score_kind
+from attention.memory import FLOAT32_SCORES, score_kind, sdpa_mask_per_call_bytes
 from profiling.roofline import device_name, peak_gbps, peak_tflops
 from profiling.runner import ACTIVE, UNPROFILED_CALLS, WAIT, WARMUP, WARMUP_CALLS, RunError
 
@@ -29,6 +29,18 @@ SKIPPED_MASKS = ("causal", "causal_top_left")
 REFERENCE_SHARE = 0.3  # the float64 reference, in blocks, against the float32 matmul rate
 FIXED_S = 0.5  # starting the profiler, exporting and reading back the trace
 FLEX_SETUP_S = 2.0  # flex_attention's block mask and first eager call (measured ~2 s at any size)
+# torch.compile, paid in the first warm-up call: Dynamo's trace and Inductor's start (COMPILE_S), plus the
+# C++ (on a GPU, Triton) kernels Inductor generates and builds around the matmuls (CODEGEN_S). A fused
+# SDPA kernel is called as it is, so it generates nothing, unless a dense mask is converted around it or a
+# backward is built. Measured on CPU here, torch 2.13, 1x4x256x64, each in a fresh process with an empty
+# Inductor cache, the compiled run minus the eager one (2026-12-03, 2 cores shared with other jobs, load
+# 3 to 4.6): SDPA flash 4.2 s, in training 19.8 s, SDPA auto with a padding mask 22.6 s, naive 16-31 s
+# (21 s in training), in-place 38 s, math 34 s, flex 34-43 s. Warm it costs less: a later process with
+# Inductor's disk cache full built naive in ~6 s and flex in under 1 s, a new shape in the same process
+# took 2-15 s, the same shape again nothing. The estimate takes the cold cost: it guards the time limit,
+# where too high only refuses a run that had little time left.
+COMPILE_S = 4.0
+CODEGEN_S = {"naive": 24.0, "inplace": 24.0, "math": 28.0, "flex": 34.0, "fused": 18.0}
 FORWARDS = WARMUP_CALLS + WAIT + WARMUP + ACTIVE + UNPROFILED_CALLS
 
 
@@ -39,7 +51,7 @@ class RunTime:
     forward_s: float  # one forward (with its backward in training)
     calls: int  # forwards (and backwards) the run makes
     reference_s: float
-    setup_s: float  # the profiler, the export, and flex's block mask
+    setup_s: float  # the profiler, the export, flex's block mask, and torch.compile
 
     @property
     def seconds(self) -> float:
@@ -60,8 +72,18 @@ def estimate_run_time(spec: AttentionSpec) -> RunTime:
         forward_s *= 1 + BACKWARD_COST
     reference_flops = dense * (1 + BACKWARD_COST if spec.training else 1)
     reference_rate = peak_tflops(spec.device, gpu, "float32")[0] * 1e12 * REFERENCE_SHARE
-    setup_s = FIXED_S + (FLEX_SETUP_S if spec.variant == "flex" else 0.0)
+    setup_s = FIXED_S + (FLEX_SETUP_S if spec.variant == "flex" else 0.0) + compile_s(spec)
     return RunTime(forward_s, calls, reference_flops / reference_rate, setup_s)
+
+
+def compile_s(spec: AttentionSpec) -> float:
+    """Seconds `torch.compile` adds to the run's first call, cold (see COMPILE_S); 0 without compile."""
+    if not spec.compile:
+        return 0.0
+    kind = "flex" if spec.variant == "flex" else score_kind(spec)  # compiled flex is fused, but builds the most
+    if kind == "fused" and not spec.training and not sdpa_mask_per_call_bytes(spec):
+        return COMPILE_S  # one extern kernel: nothing to generate
+    return COMPILE_S + CODEGEN_S[kind]
 
 
 def refuse_if_too_long(spec: AttentionSpec, time_limit_s: float | None) -> None:
@@ -72,6 +94,10 @@ def refuse_if_too_long(spec: AttentionSpec, time_limit_s: float | None) -> None:
     if estimate.seconds > time_limit_s:
         raise RunError(
             f"time limit: this run would take about {estimate.seconds:.0f} s ({estimate.calls} forwards of "
-            f"~{estimate.forward_s:.2f} s and the float64 reference), over the {time_limit_s:.0f} s left; "
-            "try a smaller seq_len or batch"
+            f"~{estimate.forward_s:.2f} s{_compiling(spec)} and the float64 reference), over the "
+            f"{time_limit_s:.0f} s left; try a smaller seq_len or batch"
         )
+
+
+def _compiling(spec: AttentionSpec) -> str:
+    return f", ~{compile_s(spec):.0f} s to compile" if spec.compile else ""

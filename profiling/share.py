@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 PERFETTO = "https://ui.perfetto.dev/#!/?url="
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+# The Hub's rule, as huggingface_hub's `validate_repo_id` states it: ASCII letters, digits, `-`, `_` and `.`,
+# 1 to 96 a side, neither starting nor ending with `-` or `.`, no `--` or `..`, not ending in `.git`. That
+# function's own regex uses `\w`, which lets through Unicode letters (`alıce/tr`) that the Hub then refuses
+# with an error that read here as if the Hub could not be reached.
+_NAME = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+REPO_ID = re.compile(f"{_NAME}/{_NAME}", re.ASCII)
+REPO_ID_HELP = "give it as owner/name in ASCII letters, digits, '-', '_' and '.', e.g. alice/attention-traces"
+QUOTE_CHARS = 100  # the most of any input an error message repeats
 REPO_TYPES = ("dataset", "model")
 PUBLIC_NOTE = "Perfetto fetches the trace from your browser, so the repo must be public for the link to open."
 
@@ -37,12 +44,19 @@ def _scrub(message: str, token: str) -> str:
     return message.replace(token, "***") if token else message
 
 
+def valid_repo_id(repo_id: str) -> bool:
+    """Whether the Hub would take `repo_id` as a repo's name (see REPO_ID)."""
+    banned = "--" in repo_id or ".." in repo_id or repo_id.endswith(".git")
+    return REPO_ID.fullmatch(repo_id) is not None and not banned
+
+
 def _hub_error(exc: Exception, repo_id: str, token: str) -> ShareError:
     status = getattr(getattr(exc, "response", None), "status_code", None)
+    shown = repo_id[:QUOTE_CHARS]
     if status in (401, 403):
-        return ShareError(f"token: the Hub refused it (HTTP {status}); it needs write access to {repo_id}")
+        return ShareError(f"token: the Hub refused it (HTTP {status}); it needs write access to {shown}")
     if status == 404:
-        return ShareError(f"repo: {repo_id} was not found, and this token could not create it")
+        return ShareError(f"repo_id: {shown} was not found, and this token could not create it")
     if status is not None:
         return ShareError(f"share: the Hub answered HTTP {status}: {_scrub(str(exc), token)[:200]}")
     return ShareError(f"share: could not reach the Hugging Face Hub ({type(exc).__name__})")
@@ -60,8 +74,8 @@ def share_trace(
     repo_id = (repo_id or "").strip()
     if not token:
         raise ShareError("token: give a Hugging Face token with write access, or log in")
-    if not REPO_ID.match(repo_id):
-        raise ShareError("repo: give it as owner/name, e.g. alice/attention-traces")
+    if not valid_repo_id(repo_id):
+        raise ShareError(f"repo_id: {REPO_ID_HELP}")
     if repo_type not in REPO_TYPES:
         raise ShareError(f"repo_type: must be one of {', '.join(REPO_TYPES)}")
     path = Path(trace_path)

@@ -1,6 +1,7 @@
 """Run one spec as the runner does, in a fresh process, and print its peak RSS growth as JSON.
 
-Usage: python tests/attention/rss_child.py '{"variant": "naive", ...}' [REFERENCE_BLOCK_BYTES]. A small
+Usage: python tests/attention/rss_child.py '{"variant": "naive", ...}' [REFERENCE_BLOCK_BYTES], or a JSON list
+of specs, measured one after another in this process (one JSON line each: torch is imported once). A small
 reference block lets the forward's own allocations decide the peak. The growth is VmHWM after
 `prepare()`, three forwards (and backwards) and `reference()`, minus VmRSS just before, with the
 high-water mark reset in between (`/proc/self/clear_refs`, value 5) so torch's import does not count.
@@ -8,6 +9,7 @@ A tiny run of the same spec first loads the kernels and libraries the real run w
 """
 
 import contextlib
+import ctypes
 import json
 import sys
 
@@ -34,17 +36,25 @@ def run(spec: attention.AttentionSpec) -> None:
     prepared.reference()
 
 
-def main() -> None:
-    spec = attention.AttentionSpec(**json.loads(sys.argv[1]))
-    if len(sys.argv) > 2:
-        attention.reference.REFERENCE_BLOCK_BYTES = int(sys.argv[2])
+def measure(spec: attention.AttentionSpec) -> dict:
+    """Peak RSS growth of one run of `spec`, after a tiny run of it, with the estimate beside it."""
     run(spec.replace(seq_len=16, q_len=min(spec.q_len, 16), window=min(spec.window, 16), valid_len=1))
+    # Hand the heap's freed memory back first: a run would otherwise grow into what an earlier one left.
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     before = status_kib("VmRSS")
     run(spec)
     growth = (status_kib("VmHWM") - before) * 1024
-    print(json.dumps({"growth": growth, "estimate": spec.estimated_bytes(), **vars(attention.memory_estimate(spec))}))
+    return {"growth": growth, "estimate": spec.estimated_bytes(), **vars(attention.memory_estimate(spec))}
+
+
+def main() -> None:
+    given = json.loads(sys.argv[1])
+    if len(sys.argv) > 2:
+        attention.reference.REFERENCE_BLOCK_BYTES = int(sys.argv[2])
+    for fields in given if isinstance(given, list) else [given]:
+        print(json.dumps(measure(attention.AttentionSpec(**fields))), flush=True)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,46 @@ def test_values_a_mask_does_not_use_are_reset():
     assert AttentionSpec(device="cpu", variant="sdpa", backend="math").backend == "math"
 
 
-def test_replace_keeps_equal_to_relations():
+HUGE = "9" * 20_000_000  # the red team's 20 MB valid_len
+
+
+def longest_run(text: str, char: str) -> int:
+    """The longest stretch of `char` in `text`: how much of an input made of it a message repeats."""
+    best = run = 0
+    for c in text:
+        run = run + 1 if c == char else 0
+        best = max(best, run)
+    return best
+
+
+def test_valid_len_is_not_parsed_unless_the_mask_is_padding():
+    # Unparseable and huge alike are dropped unread: only padding reads the field.
+    for mask in ("none", "causal", "causal_top_left"):
+        assert AttentionSpec(device="cpu", mask=mask, valid_len=HUGE).valid_len == ()
+        assert AttentionSpec(device="cpu", mask=mask, valid_len="5;x").valid_len == ()
+        assert AttentionSpec(device="cpu", mask=mask, valid_len=[2.5] * 1000).valid_len == ()
+
+
+@pytest.mark.parametrize(
+    ("valid_len", "message"),
+    [
+        (HUGE, "valid_len: padding needs one length, or one per batch row (2): at most 42 characters, got 20,000,000"),
+        ("1," * 21, "valid_len: padding needs one length, or one per batch row (2), got 21"),  # 42 characters: parsed
+        (
+            "1," * 21 + "1",
+            "valid_len: padding needs one length, or one per batch row (2): at most 42 characters, got 43",
+        ),
+        ("9" * 21, "valid_len: each length is a whole number of a few digits, got '" + "9" * 21 + "'"),
+        ([7] * 10**6, "valid_len: padding needs one length, or one per batch row (2), got 1,000,000"),
+        ([10**5000, 3], "valid_len: each length must be from 1 to seq_len (100), got a whole number of about 5,0"),
+    ],
+)
+def test_a_long_valid_len_is_refused_before_parsing(valid_len, message):
+    with pytest.raises(SpecError) as err:
+        AttentionSpec(batch=2, seq_len=100, device="cpu", mask="padding", valid_len=valid_len)
+    assert err.value.field == "valid_len"
+    assert str(err.value).startswith(message)
+    assert len(str(err.value)) < 200
     prefill = AttentionSpec(heads=8, seq_len=256, device="cpu")
     assert prefill.replace(seq_len=128).q_len == 128
     assert prefill.replace(heads=4).kv_heads == 4

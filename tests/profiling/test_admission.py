@@ -12,17 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from attention import AttentionSpec, SpecError
+from attention.budget import MemoryBudget, budget_bytes, machine_budget, machine_memory_bytes
+from attention.support import admit_run, memory_budget, preflight
 from profiling.admission import (
     PEAK_BASE_BYTES,
     PEAK_PER_INFLATED_BYTE,
     PEAK_PER_OBJECT,
     AdmissionError,
-    MemoryGate,
-    analysis_budget_bytes,
+    AnalysisGate,
     analysis_cost,
+    analysis_gate,
     analysis_peak_bytes,
-    machine_memory_bytes,
 )
 from profiling.reader import MAX_INFLATED_BYTES, Limits, TraceError
 from profiling.trace import load_trace
@@ -162,7 +165,7 @@ def test_the_estimate_covers_the_worst_case_of_small_events(kind, tmp_path):
 
 
 def admit_in_thread(
-    gate: MemoryGate, need: int, log: list[str], name: str, hold: threading.Event, **kw
+    gate: AnalysisGate, need: int, log: list[str], name: str, hold: threading.Event, **kw
 ) -> threading.Thread:
     def job() -> None:
         try:
@@ -186,7 +189,7 @@ def wait_for(condition, timeout: float = 5.0) -> None:
 
 
 def test_the_second_job_waits_until_the_first_leaves():
-    gate, log, first_done, second_done = MemoryGate(100), [], threading.Event(), threading.Event()
+    gate, log, first_done, second_done = AnalysisGate(MemoryBudget(100)), [], threading.Event(), threading.Event()
     first = admit_in_thread(gate, 60, log, "first", first_done)
     wait_for(lambda: log == ["first in"])
     second = admit_in_thread(gate, 60, log, "second", second_done)
@@ -201,7 +204,7 @@ def test_the_second_job_waits_until_the_first_leaves():
 
 
 def test_jobs_that_fit_together_run_together():
-    gate, log, done = MemoryGate(100), [], threading.Event()
+    gate, log, done = AnalysisGate(MemoryBudget(100)), [], threading.Event()
     threads = [admit_in_thread(gate, 50, log, name, done) for name in ("a", "b")]
     wait_for(lambda: sorted(log) == ["a in", "b in"])
     assert gate.in_use_bytes == 100
@@ -210,7 +213,7 @@ def test_jobs_that_fit_together_run_together():
 
 
 def test_first_come_first_served_a_big_job_is_not_overtaken():
-    gate, log = MemoryGate(100), []
+    gate, log = AnalysisGate(MemoryBudget(100)), []
     holds = {name: threading.Event() for name in ("small", "big", "late")}
     threads = [admit_in_thread(gate, 40, log, "small", holds["small"])]
     wait_for(lambda: log == ["small in"])
@@ -229,14 +232,15 @@ def test_first_come_first_served_a_big_job_is_not_overtaken():
 
 
 def test_a_job_that_can_never_fit_is_refused_at_once_with_the_numbers():
-    gate = MemoryGate(2 * 1024**3)
+    gate = AnalysisGate(MemoryBudget(2 * 1024**3))
     start = time.monotonic()
     with pytest.raises(AdmissionError) as caught, gate.admit(3 * 1024**3, what="5.0 GiB of JSON"):
         pass
     assert time.monotonic() - start < 0.1
     fits = (2 * 1024**3 - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE / 1024**3
     assert str(caught.value) == (
-        "trace: analysing 5.0 GiB of JSON needs about 3.0 GiB of memory; this server allows 2.0 GiB for analyses, "
+        "trace: analysing 5.0 GiB of JSON needs about 3.0 GiB of memory; this server allows 2.0 GiB for runs and "
+        "analyses together, "
         f"which fits up to {fits * 1024:.0f} MiB of JSON "
         f"or {(2 * 1024**3 - PEAK_BASE_BYTES) // PEAK_PER_OBJECT:,} objects"
     )
@@ -244,7 +248,7 @@ def test_a_job_that_can_never_fit_is_refused_at_once_with_the_numbers():
 
 
 def test_a_busy_server_refuses_after_the_wait_with_the_numbers():
-    gate, log, done = MemoryGate(100 * MiB), [], threading.Event()
+    gate, log, done = AnalysisGate(MemoryBudget(100 * MiB)), [], threading.Event()
     holder = admit_in_thread(gate, 80 * MiB, log, "holder", done)
     wait_for(lambda: log == ["holder in"])
     start = time.monotonic()
@@ -252,7 +256,7 @@ def test_a_busy_server_refuses_after_the_wait_with_the_numbers():
         pass
     assert 0.3 <= time.monotonic() - start < 1.0
     assert str(caught.value) == (
-        "trace: the server is busy: analyses in progress hold 80 MiB of 100 MiB and this one needs 30 MiB; "
+        "trace: the server is busy: runs hold 0 MiB and analyses 80 MiB of 100 MiB and this analysis needs 30 MiB; "
         "waited 0.3 s, try again in a few minutes"
     )
     done.set()
@@ -261,7 +265,7 @@ def test_a_busy_server_refuses_after_the_wait_with_the_numbers():
 
 
 def test_a_waiting_job_can_be_cancelled():
-    gate, log, done = MemoryGate(100), [], threading.Event()
+    gate, log, done = AnalysisGate(MemoryBudget(100)), [], threading.Event()
     holder = admit_in_thread(gate, 100, log, "holder", done)
     wait_for(lambda: log == ["holder in"])
     asked = time.monotonic() + 0.2
@@ -275,7 +279,7 @@ def test_a_waiting_job_can_be_cancelled():
 
 
 def test_an_error_inside_the_block_gives_the_memory_back():
-    gate = MemoryGate(100)
+    gate = AnalysisGate(MemoryBudget(100))
     with pytest.raises(ValueError), gate.admit(70):
         raise ValueError("the analysis failed")
     assert gate.in_use_bytes == 0
@@ -291,17 +295,17 @@ def test_machine_memory_is_at_most_the_physical_memory():
 
 
 def test_budget_from_the_environment(monkeypatch):
-    monkeypatch.setenv("ATTENTION_PROFILER_ANALYSIS_MEMORY", str(3 * 1024**3))
-    assert analysis_budget_bytes() == 3 * 1024**3
-    monkeypatch.setenv("ATTENTION_PROFILER_ANALYSIS_MEMORY", "lots")
-    with pytest.raises(ValueError, match="^ATTENTION_PROFILER_ANALYSIS_MEMORY: give a positive whole number"):
-        analysis_budget_bytes()
+    monkeypatch.setenv("ATTENTION_PROFILER_MEMORY", str(3 * 1024**3))
+    assert budget_bytes() == 3 * 1024**3
+    monkeypatch.setenv("ATTENTION_PROFILER_MEMORY", "lots")
+    with pytest.raises(ValueError, match="^ATTENTION_PROFILER_MEMORY: give a positive whole number"):
+        budget_bytes()
 
 
 def test_two_of_the_largest_accepted_traces_never_run_at_once(monkeypatch):
     """The issue's rule, with this machine's real budget: one at a time, or refused with the numbers."""
-    monkeypatch.delenv("ATTENTION_PROFILER_ANALYSIS_MEMORY", raising=False)
-    gate, need = MemoryGate(analysis_budget_bytes()), analysis_peak_bytes(MAX_INFLATED_BYTES)
+    monkeypatch.delenv("ATTENTION_PROFILER_MEMORY", raising=False)
+    gate, need = AnalysisGate(MemoryBudget(budget_bytes())), analysis_peak_bytes(MAX_INFLATED_BYTES)
     if need > gate.budget_bytes:
         with pytest.raises(AdmissionError, match="^trace: analysing it needs about"), gate.admit(need):
             pass
@@ -310,5 +314,90 @@ def test_two_of_the_largest_accepted_traces_never_run_at_once(monkeypatch):
         gate.admit(need),
         pytest.raises(AdmissionError, match="^trace: the server is busy"),
         gate.admit(need, wait_s=0.1),
+    ):
+        pass
+
+
+# ---------------------------------------------------------------- runs and analyses share one budget
+
+CPU_RUN = AttentionSpec(variant="naive", batch=2, heads=8, seq_len=2048, head_dim=64, device="cpu")  # ~0.6 GiB
+
+
+def test_analyses_and_runs_draw_from_the_one_machine_budget():
+    assert analysis_gate().budget is machine_budget()
+
+
+def test_a_run_is_refused_while_an_analysis_holds_most_of_the_budget():
+    budget, need = machine_budget(), CPU_RUN.estimated_bytes()
+    assert preflight(CPU_RUN) is CPU_RUN  # alone, it fits
+    with analysis_gate().admit(budget.available_bytes() - need // 2, wait_s=0):
+        with pytest.raises(SpecError) as caught:
+            preflight(CPU_RUN)
+        assert caught.value.field == "seq_len"
+        assert str(caught.value).startswith("seq_len: this run needs about ")
+        assert "more than is left now: runs hold 0 MiB and analyses " in str(caught.value)
+        with pytest.raises(SpecError, match="^seq_len: "), admit_run(CPU_RUN):
+            pass
+        assert memory_budget("cpu") < need  # a sweep stops where the guard would refuse
+    with admit_run(CPU_RUN):  # the analysis gave its share back
+        pass
+    assert budget.in_use_bytes == 0
+
+
+def test_an_analysis_waits_while_a_run_holds_the_budget():
+    budget, need = machine_budget(), CPU_RUN.estimated_bytes()
+    with admit_run(CPU_RUN):
+        assert budget.in_use_bytes == need
+        too_much = budget.budget_bytes - need // 2  # fits alone, not beside the run
+        start = time.monotonic()
+        with pytest.raises(AdmissionError) as caught, analysis_gate().admit(too_much, wait_s=0.3):
+            pass
+        assert time.monotonic() - start >= 0.3
+        assert str(caught.value).startswith("trace: the server is busy: runs hold ")
+    with analysis_gate().admit(too_much, wait_s=0):  # the run ended: now it fits
+        assert budget.in_use_bytes == too_much
+    assert budget.in_use_bytes == 0
+
+
+def test_a_run_does_not_count_against_itself_when_measured_in_this_process():
+    """`runner.measure` calls preflight inside the run's own hold when the worker is off."""
+    budget, need = machine_budget(), CPU_RUN.estimated_bytes()
+    with analysis_gate().admit(budget.available_bytes() - need * 3 // 2, wait_s=0), admit_run(CPU_RUN):
+        assert budget.available_bytes() < need  # what is left beside the run's own hold
+        assert preflight(CPU_RUN) is CPU_RUN
+        with pytest.raises(SpecError, match="^seq_len: "):  # a second run of it does not fit
+            preflight(CPU_RUN.replace(batch=4))
+
+
+def test_a_cuda_run_holds_no_host_budget():
+    spec = CPU_RUN.replace(device="cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises(SpecError, match="^device: "), admit_run(spec):
+            pass
+        return
+    with admit_run(spec):
+        assert machine_budget().in_use_bytes == 0
+
+
+@pytest.fixture
+def small_budget(monkeypatch):
+    """The machine budget as `ATTENTION_PROFILER_MEMORY=256 MiB` makes it, read afresh, and restored after."""
+    monkeypatch.setenv("ATTENTION_PROFILER_MEMORY", str(256 * MiB))
+    machine_budget.cache_clear(), analysis_gate.cache_clear()
+    yield machine_budget()
+    monkeypatch.undo()
+    machine_budget.cache_clear(), analysis_gate.cache_clear()
+
+
+def test_a_run_or_analysis_larger_than_the_whole_budget_is_refused_at_once(small_budget):
+    assert CPU_RUN.estimated_bytes() > 256 * MiB  # and well within what is free
+    with pytest.raises(SpecError) as caught:
+        preflight(CPU_RUN)
+    assert str(caught.value).startswith("seq_len: this run needs about ")
+    assert "but this server allows 256.0 MiB for runs and analyses together; lower seq_len" in str(caught.value)
+    assert analysis_gate().budget is small_budget
+    with (
+        pytest.raises(AdmissionError, match="^trace: analysing it needs about 300 MiB of memory; this server allows"),
+        analysis_gate().admit(300 * MiB, wait_s=0),
     ):
         pass

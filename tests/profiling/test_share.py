@@ -5,7 +5,7 @@ import urllib.parse
 
 import pytest
 
-from profiling.share import ShareError, share_trace
+from profiling.share import ShareError, share_trace, valid_repo_id
 
 TOKEN = "hf_SecretTokenValue1234567890"
 
@@ -53,7 +53,7 @@ def test_uploads_and_forms_the_perfetto_link(trace):
     [
         (401, "^token: the Hub refused it"),
         (403, "^token: the Hub refused it"),
-        (404, "^repo: "),
+        (404, "^repo_id: "),
         (500, "^share: the Hub answered HTTP 500"),
     ],
 )
@@ -77,11 +77,44 @@ def test_network_failure(trace):
 
 @pytest.mark.parametrize(
     ("repo", "token", "message"),
-    [("alice/traces", "", "^token:"), ("no-slash", TOKEN, "^repo:"), ("../etc/passwd", TOKEN, "^repo:")],
+    [
+        ("alice/traces", "", "^token:"),
+        ("no-slash", TOKEN, "^repo_id: give it as owner/name in ASCII"),
+        ("../etc/passwd", TOKEN, "^repo_id:"),
+        ("alıce/tr", TOKEN, "^repo_id:"),  # a dotless i: Unicode `\w`, which the Hub refuses
+        ("alice/trаces", TOKEN, "^repo_id:"),  # a Cyrillic a
+    ],
 )
 def test_bad_input(trace, repo, token, message):
     with pytest.raises(ShareError, match=message):
         share_trace(trace, repo, token, api_factory=FakeApi)
+
+
+NAMES = [
+    *("alice/traces", "a/b", "Alice_1/attention-traces.v2", "_x/y_", "a" * 96 + "/" + "b" * 96),
+    *("alıce/tr", "alice/trаces", "ａlice/traces", "alice/tr\u00e9", "alice", "a/b/c", "-a/b", "a./b", "a/b-"),
+    *("a--b/c", "a/b..c", "a/b.git", "a" * 97 + "/b", "a/" + "b" * 97, "a/ b", "a/b\n", "/b", "a/"),
+]
+
+
+def hub_accepts(repo_id: str) -> bool:
+    """The Hub's rule by another route: huggingface_hub's validator, plus the ASCII its regex's `\\w` misses."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return False
+    return repo_id.isascii() and repo_id.count("/") == 1
+
+
+@pytest.mark.parametrize("repo", NAMES)
+def test_repo_id_follows_the_hubs_rule_in_ascii(trace, repo):
+    assert valid_repo_id(repo) == hub_accepts(repo)
+    if not hub_accepts(repo.strip()):  # share_trace strips blanks a pasted name brings along
+        with pytest.raises(ShareError, match="^repo_id: give it as owner/name in ASCII") as err:
+            share_trace(trace, repo + "x" * 10**6 if repo == "alice" else repo, TOKEN, api_factory=FakeApi)
+        assert len(str(err.value)) < 200
 
 
 def test_missing_trace(tmp_path):

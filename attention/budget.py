@@ -1,0 +1,158 @@
+"""One memory budget for the whole machine, which profiled runs and trace analyses both draw from.
+
+A run's preflight and `/analyze`'s admission once kept separate books (60% of the free memory for a run,
+75% of the machine for analyses), so a run and an analysis could together claim more than there is. Now
+each holds its estimated peak in `machine_budget()` for as long as it works: a job that could never fit
+is refused at once, one that does not fit now waits (first come, first served) or is refused, with the
+numbers. It lives here, below `profiling`, because the run's preflight (`attention.support`) reads it too;
+it imports nothing heavy.
+
+The budget is of host memory: a CUDA run's tensors are on the GPU and are checked against its free
+memory alone.
+
+    with machine_budget().admit(need, field="trace", kind="analysis", wait_s=300):
+        ...
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+MiB, GiB = 1024**2, 1024**3
+# Runs and analyses together may hold this share of the machine's memory (or of its container's
+# limit); the rest is for the app itself, the idle profiling worker and the system.
+MEMORY_SHARE = 0.75
+BUDGET_ENV = "ATTENTION_PROFILER_MEMORY"  # bytes, overrides MEMORY_SHARE
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1
+KINDS = ("run", "analysis")
+ErrorFactory = Callable[[str, str], Exception]  # (field, detail) -> the caller's own error type
+
+
+class BudgetError(RuntimeError):
+    """A job the budget cannot take; `field` is the input to change, the message starts with it."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+
+
+def size(n: float) -> str:
+    """`3.2 GiB`, or `80 MiB` under a GiB: how the budget's messages write sizes."""
+    return f"{n / GiB:,.1f} GiB" if n >= GiB else f"{n / MiB:,.0f} MiB"
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory, or the container's memory limit where that is lower (cgroup v2 or v1)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in CGROUP_LIMITS:
+        with contextlib.suppress(OSError, ValueError):  # no such cgroup file, or "max": no limit
+            total = min(total, int(Path(path).read_text().strip()))
+    return total
+
+
+def budget_bytes() -> int:
+    """What runs and analyses may hold together: `ATTENTION_PROFILER_MEMORY`, else MEMORY_SHARE."""
+    value = os.environ.get(BUDGET_ENV, "")
+    if value:
+        if not value.isdigit() or int(value) == 0:
+            raise ValueError(f"{BUDGET_ENV}: give a positive whole number of bytes, got {value[:100]!r}")
+        return int(value)
+    return int(machine_memory_bytes() * MEMORY_SHARE)
+
+
+class MemoryBudget:
+    """Admits jobs while the bytes held by all of them fit `budget_bytes`; first come, first served."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._held: collections.Counter[str] = collections.Counter()
+        self._queue: collections.deque[object] = collections.deque()
+        self._changed = threading.Condition()
+
+    @property
+    def in_use_bytes(self) -> int:
+        return sum(self._held.values())
+
+    def available_bytes(self) -> int:
+        """What a job could be given now, were it first in line."""
+        return max(0, self.budget_bytes - self.in_use_bytes)
+
+    def holders(self) -> str:
+        """Who holds the budget now: `runs hold 0 MiB and analyses 80 MiB of 100 MiB`."""
+        runs, analyses = size(self._held["run"]), size(self._held["analysis"])
+        return f"runs hold {runs} and analyses {analyses} of {size(self.budget_bytes)}"
+
+    @contextlib.contextmanager
+    def admit(
+        self,
+        need_bytes: int,
+        *,
+        field: str,
+        kind: str,
+        wait_s: float,
+        cancelled: Callable[[], bool] | None = None,
+        error: ErrorFactory = BudgetError,
+    ) -> Iterator[None]:
+        """Hold `need_bytes` for the `with` block, waiting up to `wait_s` for room; `kind` is run or analysis.
+
+        Raises `error(field, detail)` when the job can never fit, when the wait runs out (at once
+        for `wait_s=0`), or when `cancelled()` turns true while it waits.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if need_bytes > self.budget_bytes:
+            raise error(
+                field,
+                f"this {kind} needs about {size(need_bytes)} of memory; this server allows "
+                f"{size(self.budget_bytes)} for runs and analyses together",
+            )
+        self._acquire(need_bytes, field, kind, wait_s, cancelled, error)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._held[kind] -= need_bytes
+                self._changed.notify_all()
+
+    def _acquire(
+        self,
+        need: int,
+        field: str,
+        kind: str,
+        wait_s: float,
+        cancelled: Callable[[], bool] | None,
+        error: ErrorFactory,
+    ) -> None:
+        ticket, give_up = object(), time.monotonic() + wait_s
+        with self._changed:
+            self._queue.append(ticket)
+            try:
+                while not (self._queue[0] is ticket and self.in_use_bytes + need <= self.budget_bytes):
+                    if cancelled is not None and cancelled():
+                        raise error(field, "cancelled while waiting for memory")
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        waited = f"waited {wait_s:g} s, try" if wait_s > 0 else "try"
+                        raise error(
+                            field,
+                            f"the server is busy: {self.holders()} and this {kind} needs {size(need)}; "
+                            f"{waited} again in a few minutes",
+                        )
+                    self._changed.wait(min(left, 0.1))  # wakes to look at cancelled() too
+                self._held[kind] += need
+            finally:
+                self._queue.remove(ticket)
+                self._changed.notify_all()  # the next in line may fit now
+
+
+@functools.cache
+def machine_budget() -> MemoryBudget:
+    """The one budget of this process (the app's), sized by `budget_bytes()` at its first use."""
+    return MemoryBudget(budget_bytes())
