@@ -170,7 +170,7 @@ def _share_box(trace: gr.File, api_name: str | None) -> None:
     with gr.Accordion("Share this trace (Hugging Face Hub → Perfetto link)", open=False):
         with gr.Row():
             repo = gr.Textbox(
-                label="repo", placeholder="you/attention-traces", info="a public dataset repo; created if missing"
+                label="repo", placeholder="you/attention-traces", info="a public dataset repo you created on the Hub"
             )
             token = gr.Textbox(label="token", type="password", info="a write token; never stored or logged")
             if os.environ.get("SPACE_ID"):

@@ -28,7 +28,7 @@ from attention.registry import (
 )
 from attention.sdpa import SDPA_BACKENDS
 from attention.spec import DEVICES, DTYPES, LIMITS, MODES, PRESETS, AttentionSpec, format_bytes
-from attention.support import memory_budget, preflight, refusal, unsupported
+from attention.support import admit_run, memory_budget, preflight, refusal, unsupported
 
 __all__ = [
     "BACKENDS",
@@ -53,6 +53,7 @@ __all__ = [
     "Reference",
     "SpecError",
     "Variant",
+    "admit_run",
     "backend_reasons",
     "block_sparsity",
     "build",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from attention import masks
-from attention.errors import SpecError
+from attention.errors import SpecError, quote
 from attention.flex import flex_mask, flex_masked_attention
 from attention.hub_flash import hub_flash_attention, hub_flash_mask
 from attention.inplace import inplace_attention
@@ -77,6 +77,9 @@ def run_label(variant: str, backend: str = "auto", compile: bool = False) -> str
 
 
 RUN_NAMES: tuple[str, ...] = tuple(run_label(v, b) for v, b in RUNS)
+# The longest comma list `parse_runs` or `parse_seq_lens` reads: every run, or 64 lengths of 7 digits,
+# with room for blanks; a longer one is refused before it is split.
+MAX_LIST_CHARS = 1024
 # Every name `parse_run` takes: the runs, plus SDPA's `auto` spelled both ways.
 RUN_CHOICES: tuple[str, ...] = (*RUN_NAMES[:2], "sdpa", "sdpa-auto", *RUN_NAMES[2:])
 
@@ -86,14 +89,16 @@ def parse_run(text: str) -> tuple[str, str]:
     name = text.strip()
     variant, _, backend = name.partition("-")
     if name not in RUN_CHOICES:
-        raise SpecError("variants", f"{name!r} is not one of {', '.join(RUN_CHOICES)}")
+        raise SpecError("variants", f"{quote(name)} is not one of {', '.join(RUN_CHOICES)}")
     return variant, backend or "auto"
 
 
 def parse_runs(text: str) -> list[tuple[str, str]]:
     """`naive, sdpa-flash` -> [("naive", "auto"), ("sdpa", "flash")]; refuses an empty list and duplicates."""
     if not isinstance(text, str):
-        raise SpecError("variants", f"must be a comma list of {', '.join(RUN_CHOICES)}; got {text!r}")
+        raise SpecError("variants", f"must be a comma list of {', '.join(RUN_CHOICES)}; got {quote(text)}")
+    if len(text) > MAX_LIST_CHARS:
+        raise SpecError("variants", f"give at most {MAX_LIST_CHARS:,} characters, got {len(text):,}")
     runs = [parse_run(item) for item in text.split(",") if item.strip()]
     if not runs:
         raise SpecError("variants", f"give at least one of {', '.join(RUN_CHOICES)}")
@@ -106,11 +111,13 @@ def parse_runs(text: str) -> list[tuple[str, str]]:
 def parse_seq_lens(text: str) -> list[int]:
     """`128,256` -> [128, 256]; each value is then checked by the spec like any seq_len."""
     if not isinstance(text, str):
-        raise SpecError("seq_lens", f"must be a comma list of whole numbers, got {text!r}")
+        raise SpecError("seq_lens", f"must be a comma list of whole numbers, got {quote(text)}")
+    if len(text) > MAX_LIST_CHARS:
+        raise SpecError("seq_lens", f"give at most {MAX_LIST_CHARS:,} characters, got {len(text):,}")
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise SpecError("seq_lens", f"must be a comma list of whole numbers, got {text!r}") from None
+        raise SpecError("seq_lens", f"must be a comma list of whole numbers, got {quote(text)}") from None
     if not values:
         raise SpecError("seq_lens", "give at least one seq_len, e.g. 128,256,512")
     return values

@@ -7,14 +7,13 @@ fits this machine (CUDA, memory, backend support) is `support.preflight`'s job.
 from __future__ import annotations
 
 import dataclasses
-import reprlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from attention import masks, memory
-from attention.errors import SpecError
+from attention.errors import SpecError, quote
 from attention.registry import BACKENDS, VARIANTS, run_label
 
 DTYPES: dict[str, torch.dtype] = {
@@ -35,23 +34,7 @@ LIMITS: dict[str, tuple[int, int]] = {
 }
 
 
-QUOTE_CHARS = 100  # the most of any input an error message repeats
 VALID_LEN_ENTRY_CHARS = 20  # one padding length: a few digits, with room for blanks around them
-_REPR = reprlib.Repr()  # Python 3.11's Repr takes no arguments: its limits are set below
-_REPR.maxstring = _REPR.maxother = _REPR.maxlong = QUOTE_CHARS
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 8
-
-
-def quote(value: Any) -> str:
-    """`repr(value)` for an error message, at most QUOTE_CHARS long, whatever the value's size.
-
-    reprlib slices strings and containers before it renders them, so a 20 MB input costs no more
-    than a short one; an int too long for `repr` (Python refuses past 4,300 digits) is described.
-    """
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * QUOTE_CHARS:
-        return f"a whole number of about {int(value.bit_length() * 0.30103):,} digits"
-    text = _REPR.repr(value)
-    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
 
 
 def _check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -71,22 +71,24 @@ def profile_attention(
 ) -> RunResult:
     """Profile `spec` (see `runner.measure`) in the worker process, then analyze the trace it wrote.
 
-    A run estimated to take longer than `time_limit_s` is refused before it starts (RunError with the
-    estimate). The worker is killed, and RunError raised, when the measurement passes `time_limit_s` or as soon
+    A run that does not fit the machine's memory budget beside the analyses in progress (SpecError),
+    or is estimated to take longer than `time_limit_s` (RunError with the estimate), is refused before
+    it starts. The worker is killed, and RunError raised, when the measurement passes `time_limit_s` or as soon
     as `cancelled()` is true (the client left); the analysis, bounded by the trace's small size, runs here.
     """
-    attention.preflight(spec)  # here too, before the estimate: CUDA present, supported, fits in memory
-    refuse_if_too_long(spec, time_limit_s)
     report = progress or (lambda fraction, message: None)
-    measured = (worker or default_worker()).call(
-        measure,
-        spec,
-        Path(trace_dir),
-        time_limit_s=time_limit_s,
-        progress=lambda f, m: report(MEASURE_SHARE * f, m),
-        cancelled=cancelled,
-        private=spec,  # its first call, timed cold, must not be another session's
-    )
+    # The run's estimated peak is held in the machine's one budget (beside analyses) while it measures.
+    with attention.admit_run(spec, cancelled=cancelled):
+        refuse_if_too_long(spec, time_limit_s)
+        measured = (worker or default_worker()).call(
+            measure,
+            spec,
+            Path(trace_dir),
+            time_limit_s=time_limit_s,
+            progress=lambda f, m: report(MEASURE_SHARE * f, m),
+            cancelled=cancelled,
+            private=spec,  # its first call, timed cold, must not be another session's
+        )
     report(MEASURE_SHARE, "reading the trace")
     analysis = analyze(
         load_trace(measured.trace_path),

@@ -56,7 +56,9 @@ def _hub_error(exc: Exception, repo_id: str, token: str) -> ShareError:
     if status in (401, 403):
         return ShareError(f"token: the Hub refused it (HTTP {status}); it needs write access to {shown}")
     if status == 404:
-        return ShareError(f"repo_id: {shown} was not found, and this token could not create it")
+        return ShareError(
+            f"repo_id: {shown} was not found; create it first as a public dataset (huggingface.co/new-dataset)"
+        )
     if status is not None:
         return ShareError(f"share: the Hub answered HTTP {status}: {_scrub(str(exc), token)[:200]}")
     return ShareError(f"share: could not reach the Hugging Face Hub ({type(exc).__name__})")
@@ -84,7 +86,8 @@ def share_trace(
     filename = f"traces/{path.name}"
     api = api_factory(token)
     try:
-        api.create_repo(repo_id, repo_type=repo_type, exist_ok=True, private=False)
+        # No create_repo: it needs the `manage-repos` scope, which can also delete repos; the user
+        # creates the repo once, and the Space's login asks only for `write-repos`.
         api.upload_file(
             path_or_fileobj=str(path),
             path_in_repo=filename,

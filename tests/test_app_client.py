@@ -190,7 +190,7 @@ def test_share_without_token_or_repo(client, profiled):
     trace = handle_file(profiled["naive"][3])
     with pytest.raises(AppError, match="^token:"):
         client.predict(trace, "alice/traces", "", api_name="/share")
-    with pytest.raises(AppError, match="^repo:"):
+    with pytest.raises(AppError, match="^repo_id:"):
         client.predict(trace, "not a repo", "hf_x", api_name="/share")
 
 
@@ -236,7 +236,7 @@ def test_share_never_shows_the_token(client, profiled, caplog, capfd):
     token = "hf_ClientSideSecret0123456789"
     with pytest.raises(AppError) as err:  # no machine here reaches the Hub; the failure path is what is tested
         client.predict(handle_file(profiled["naive"][3]), "alice/attention-traces", token, api_name="/share")
-    assert str(err.value).startswith(("share:", "token:", "repo:"))
+    assert str(err.value).startswith(("share:", "token:", "repo_id:"))
     out, errors = capfd.readouterr()
     for text in (str(err.value), caplog.text, out, errors):
         assert token not in text

@@ -97,3 +97,17 @@ def test_parse_seq_lens():
     for bad in ("", " , ", "12a", "1.5", "9" * 5000, None):
         with pytest.raises(SpecError, match="^seq_lens: "):
             parse_seq_lens(bad)
+
+
+def test_long_lists_are_refused_before_they_are_split():
+    from attention.errors import QUOTE_CHARS
+    from attention.registry import MAX_LIST_CHARS
+
+    for parse, field in ((parse_seq_lens, "seq_lens"), (parse_runs, "variants")):
+        with pytest.raises(SpecError, match=rf"^{field}: give at most 1,024 characters, got 20,000,000$"):
+            parse("1," * 10_000_000)
+    with pytest.raises(SpecError) as bad:
+        parse_run("x" * 5000)
+    assert len(str(bad.value)) < QUOTE_CHARS + 200
+    assert parse_seq_lens(",".join(["131072"] * 64)) == [131072] * 64  # 64 long lengths fit
+    assert len(",".join(["131072"] * 64)) <= MAX_LIST_CHARS

@@ -98,10 +98,12 @@ def test_time_limit_is_reported(tmp_path):
 
 
 def test_out_of_memory_is_caught_and_the_next_run_works(tmp_path, monkeypatch):
+    import attention.budget
     import attention.support
 
     # Claim a machine with an exabyte free so the guard lets an impossible shape through to the allocator.
     monkeypatch.setattr(attention.support, "available_bytes", lambda device: 2**60)
+    monkeypatch.setattr(attention.support, "machine_budget", lambda: attention.budget.MemoryBudget(2**62))
     huge = AttentionSpec(variant="inplace", batch=512, heads=256, seq_len=131072, head_dim=64, device="cpu")
     here = Worker(enabled=False)  # the patch holds in this process only
     with pytest.raises(RunError, match="^out of CPU memory for 512x256x131072x64 float32"):

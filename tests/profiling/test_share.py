@@ -18,14 +18,14 @@ class FakeApi:
 
     def create_repo(self, repo_id, **kwargs):
         self.calls.append(("create_repo", repo_id, kwargs))
+
+    def upload_file(self, **kwargs):
+        self.calls.append(("upload_file", kwargs))
         if self.fail_status:
             response = type("Response", (), {"status_code": self.fail_status})()
             error = RuntimeError(f"{self.fail_status} Client Error for token {self.token}")
             error.response = response
             raise error
-
-    def upload_file(self, **kwargs):
-        self.calls.append(("upload_file", kwargs))
 
 
 @pytest.fixture
@@ -40,8 +40,8 @@ def test_uploads_and_forms_the_perfetto_link(trace):
     links = share_trace(trace, "alice/traces", TOKEN, api_factory=lambda t: apis.append(FakeApi(t)) or apis[-1])
     api = apis[0]
     assert api.token == TOKEN
-    assert api.calls[0] == ("create_repo", "alice/traces", {"repo_type": "dataset", "exist_ok": True, "private": False})
-    upload = api.calls[1][1]
+    assert [call[0] for call in api.calls] == ["upload_file"]  # never create_repo: it needs manage-repos
+    upload = api.calls[0][1]
     assert upload["path_in_repo"] == "traces/naive_float32_run.json" and upload["repo_id"] == "alice/traces"
     assert links["url"] == "https://huggingface.co/datasets/alice/traces/resolve/main/traces/naive_float32_run.json"
     assert links["perfetto_url"] == "https://ui.perfetto.dev/#!/?url=" + urllib.parse.quote(links["url"], safe="")
@@ -53,7 +53,7 @@ def test_uploads_and_forms_the_perfetto_link(trace):
     [
         (401, "^token: the Hub refused it"),
         (403, "^token: the Hub refused it"),
-        (404, "^repo_id: "),
+        (404, "^repo_id: alice/traces was not found; create it first as a public dataset"),
         (500, "^share: the Hub answered HTTP 500"),
     ],
 )
@@ -67,7 +67,7 @@ def test_hub_errors_become_clear_messages_without_the_token(trace, status, messa
 
 def test_network_failure(trace):
     class Offline(FakeApi):
-        def create_repo(self, repo_id, **kwargs):
+        def upload_file(self, **kwargs):
             raise ConnectionError(f"cannot connect with {self.token}")
 
     with pytest.raises(ShareError, match="could not reach the Hugging Face Hub") as err:
