@@ -316,3 +316,85 @@ def test_12_13_crafted_args_through_the_app(app_url, client, tmp_path, monkeypat
     assert not isinstance(outcome, AppError), str(outcome)[:300]
     built.check_summary(outcome[0])
     _bounded(outcome[0])
+
+
+# ---------------------------------------------------------------- the attacks on runs, diff and share
+
+
+def test_6_a_dense_mask_that_cannot_fit_is_refused_at_once(client, monkeypatch):
+    """The red team's padding mask at batch 64 (~20 GiB with SDPA's per-call float copy) never starts on a
+    machine whose budget is 4 GiB (the server runs in this process, so its budget is patched here)."""
+    import attention.support
+    from attention.budget import MemoryBudget
+
+    monkeypatch.setattr(attention.support, "machine_budget", lambda: MemoryBudget(4 * 1024**3))
+    start = time.monotonic()
+    with pytest.raises(AppError, match=r"^seq_len: "):
+        client.predict(
+            *("sdpa", "flash", 64, 1, 8192, 8, "float32", "cpu", False, "inference", 0, 0, "padding", 0, "4096"),
+            api_name="/profile",
+        )
+    assert time.monotonic() - start < GRACE_S
+
+
+def test_16_a_long_valid_len_without_padding_is_never_parsed(client):
+    summary, *_ = client.predict(
+        "naive",
+        "auto",
+        1,
+        2,
+        32,
+        16,
+        "float32",
+        "cpu",
+        False,
+        "inference",
+        0,
+        0,
+        "none",
+        0,
+        "1," * 1_500_000,
+        api_name="/profile",
+    )
+    assert summary["kernels_per_forward"] > 0
+    with pytest.raises(AppError) as refused:
+        client.predict(
+            "naive",
+            "auto",
+            1,
+            2,
+            32,
+            16,
+            "float32",
+            "cpu",
+            False,
+            "inference",
+            0,
+            0,
+            "padding",
+            0,
+            "1," * 1_500_000,
+            api_name="/profile",
+        )
+    assert str(refused.value).startswith("valid_len: ") and len(str(refused.value)) < 400
+
+
+def test_17_a_unicode_repo_id_is_refused_by_name(client, app_url, tmp_path):
+    trace = client.predict("naive", "auto", 1, 2, 32, 16, "float32", "cpu", False, api_name="/profile")[3]
+    with pytest.raises(AppError, match=r"^repo_id: give it as owner/name in ASCII"):
+        client.predict(handle_file(trace), "alıce/tr", "hf_x", api_name="/share")
+
+
+def test_18_an_oversized_diff_is_refused_before_any_work(client):
+    summary = client.predict("naive", "auto", 1, 2, 32, 16, "float32", "cpu", False, api_name="/profile")[0]
+    bloated = {**summary, "per_forward_ops": {f"op{i}": 1.0 for i in range(100_000)}}
+    with pytest.raises(AppError, match=r"^after: per_forward_ops holds 100,000 names"):
+        client.predict(summary, bloated, api_name="/diff")
+
+
+def test_18_compilation_is_in_the_estimate(client, monkeypatch):
+    import endpoints
+
+    monkeypatch.setattr(endpoints, "RUN_TIME_LIMIT_S", 10.0)
+    with pytest.raises(AppError, match=r"^time limit: this run would take about .*to compile"):
+        client.predict("naive", "auto", 1, 2, 32, 16, "float32", "cpu", True, api_name="/profile")
