@@ -30,7 +30,9 @@ class Analysis:
 
     trace: Trace
     forwards: WindowStats | None  # the `attn_fwd` windows, where the trace has them
-    step_windows: pd.DataFrame  # the first MAX_STEPS profiler steps (`profiler_steps`), in time order
+    # The first MAX_STEPS steps in time order: the ProfilerSteps, or the plugin's step "0" without them
+    # (`profiler_steps`), the same steps the breakdown, GPU metrics and idle time use.
+    step_windows: pd.DataFrame
     op_table: pd.DataFrame
     kernel_table: pd.DataFrame
     steps: pd.DataFrame

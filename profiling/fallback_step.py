@@ -9,7 +9,8 @@ Source (pytorch/kineto, `tb_plugin/torch_tb_profiler/profiler/`, torch-tb-profil
   torch >= 1.10 trace the step spans the `cpu_op`s alone;
 - `update_device_steps` (`_find_device_steps`, `_update_steps_duration`) then treats this step as
   any other: it reaches the end of the GPU work launched inside it. That half is
-  `step_breakdown.adjusted_steps`, which applies unchanged once `profiler_steps` returns this step.
+  `step_breakdown.adjusted_steps`, unchanged: `step_breakdown.profiler_steps` returns this step
+  where a trace has no ProfilerStep.
 
 The reader spells every category today's way (`trace.CATEGORY_SPELLINGS`), so which rows were
 `Python` or `Operator` in the file is read from the spellings the file uses (`Trace.spellings`).

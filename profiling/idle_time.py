@@ -1,8 +1,8 @@
 """GPU idle time: how long no kernel ran in the steps' span, and why each stream waited (HTA's rules).
 
-`idle_time_us` is the steps' span (`step_breakdown.steps_span`, the whole trace without steps)
-minus the union of kernel intervals inside it, on every GPU together, so the TensorBoard
-plugin's utilization and this idle time add up to the span.
+`idle_time_us` is the steps' span (`step_breakdown.steps_span`: the ProfilerSteps, else the plugin's
+step "0" over the host's ops, else the whole trace) minus the union of kernel intervals inside it,
+on every GPU together, so the TensorBoard plugin's utilization and this idle time add up to the span.
 
 `idle_breakdown_us` follows Holistic Trace Analysis 0.5.0
 (`hta/analyzers/breakdown_analysis.py`, `BreakdownAnalysis._analyze_idle_time_for_stream` and

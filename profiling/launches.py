@@ -25,6 +25,22 @@ from profiling.trace import LAUNCH_CATEGORIES, Trace
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 
 
+def first_launches(trace: Trace) -> np.ndarray:
+    """Rows of the launch events GPU work is attributed to: per correlation id, the first in the file.
+
+    CUPTI gives every launch its own correlation id, and its GPU work carries that id; a trace whose
+    launches share one (a merged or crafted file) cannot say which caused the work. Counting it once
+    per launch multiplied device time (50 launches of one id made a 100 us kernel 5,000 us), so it
+    goes to the first launch only, everywhere: the op table (`tables`), the steps and annotation
+    tables (`windows`), and the step breakdown (`step_breakdown.launch_spans`, the same rule).
+    """
+    ev = trace.events
+    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
+    correlation = ev["correlation"].to_numpy()[launches]
+    first = ~pd.Series(correlation).duplicated().to_numpy() & ~np.isnan(correlation)
+    return launches[first]
+
+
 def launch_owners(trace: Trace) -> np.ndarray:
     """Per event: the row of the op that made it where the event is a launch, else -1 (cached)."""
     if trace.derived.launch_owners is None:

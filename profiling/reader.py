@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Context, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -351,6 +352,86 @@ class Splitter:
         return bytes(self.skeleton)
 
 
+# --- 3b. times relative to a base --------------------------------------------------------------
+
+# float64 holds whole numbers exactly up to 2**53, so microseconds with ns digits only below this
+# many µs (104 days). Kineto wrote epoch microseconds (~1.7e15 µs in 2023) as `%d.%03d` before
+# `baseTimeNanoseconds`; parsed as they stand they round to 0.25 µs steps there, back-to-back ns
+# events collide, and an end (`ts + dur`) overhangs its parent's by a step, so the op tree loses
+# calls. Such a file's `ts` are rewritten as text, before any parser makes them floats, relative to
+# a base (`RawTrace.ts_base_us`): every ns digit is kept.
+REBASE_FROM_US = 2**53 // 1000
+# The base is this far before the first start: the files' first event is not always the earliest
+# (Kineto writes its metadata events last, with earlier times), and a value left non-negative keeps
+# its fraction as written. 1e12 µs (11.6 days) leaves every ns exact for 80 days after the base.
+REBASE_MARGIN_US = 10**12
+# A `"ts"` key: its quote follows `{`, `,` or a blank, which a quote inside a string never does (there
+# it follows its escaping backslash). Checked behind the literal: a pattern that starts with it is
+# searched for as a literal, five times faster.
+_KEY = rb'"ts"(?<=[\s{,]"ts")\s*:\s*'
+_NUMBER = rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"
+_TS_FIRST = re.compile(_KEY + rb"(" + _NUMBER + rb")")
+# The common spelling, rewritten with no Python per value but an int: a whole number of up to 17
+# digits (under MAX_TIME_US, and `int()` stays off a hostile million-digit one), then a fraction or
+# the value's end. The one-byte alternative catches any other value (an exponent, a minus sign, more
+# digits, text); a batch with one goes to _TS_ANY, value by value.
+_TS_WHOLE = re.compile(rb"(" + _KEY + rb")(?:(\d{1,17})(?=(?:\.\d+)?[,}\]\s])|(.))", re.DOTALL)
+_TS_ANY = re.compile(rb"(" + _KEY + rb")(" + _NUMBER + rb")")
+_EXACT = Context(prec=64)  # a rewritten value's digits: far more than float64 keeps
+
+
+class Rebase:
+    """Rewrites each batch's `"ts":` numbers relative to `base` (whole µs), in the text.
+
+    The base is decided once, by the first `"ts":` number of the events: REBASE_MARGIN_US before its
+    whole microseconds where it is written with a fraction or an exponent and lies from
+    REBASE_FROM_US to MAX_TIME_US; else 0, and nothing is rewritten (whole numbers are exact in
+    float64 up to 2**53, 285 years of µs). Every `"ts"` key is rewritten, an `args` one too (the
+    analysis reads none there); a value past MAX_TIME_US becomes null, as it would read anyway.
+    """
+
+    def __init__(self) -> None:
+        self.base: int | None = None  # None: no `"ts":` number seen yet
+
+    def __call__(self, batch: bytes) -> bytes:
+        if self.base is None:
+            first = _TS_FIRST.search(batch)
+            if first is None:
+                return batch
+            self.base = _base_of(first.group(1))
+        if not self.base:
+            return batch
+        parts = _TS_WHOLE.split(batch)  # text, key, whole µs, other, text, key, whole µs, other, ..., text
+        if not any(parts[3::4]):
+            del parts[3::4]
+            wholes = list(map(int, parts[2::3]))
+            base = self.base
+            if not wholes or min(wholes) >= base:  # below the base, the fraction would need subtracting
+                parts[2::3] = [b"%d" % (whole - base) for whole in wholes]
+                return b"".join(parts)
+        return _TS_ANY.sub(self._relative, batch)
+
+    def _relative(self, match: re.Match[bytes]) -> bytes:
+        """One value, exactly; a whole number stays one, and any other stays a float (an object arg may
+        hold a "ts" key, and is kept as parsed)."""
+        number = match.group(2)
+        value = Decimal(number.decode())
+        if abs(value) > MAX_TIME_US:  # junk, missing whatever the base; as a number it could read as valid
+            return match.group(1) + b"null"
+        text = format(_EXACT.subtract(value, self.base or 0), "f")
+        if re.search(rb"[.eE]", number) and "." not in text:
+            text += ".0"
+        return match.group(1) + text.encode()
+
+
+def _base_of(number: bytes) -> int:
+    """The base a file's first `ts` (its text) gives: 0, or REBASE_MARGIN_US before its whole µs."""
+    if not re.search(rb"[.eE]", number):
+        return 0
+    value = Decimal(number.decode())
+    return int(value) - REBASE_MARGIN_US if REBASE_FROM_US <= value <= MAX_TIME_US else 0
+
+
 # --- 4. columns --------------------------------------------------------------------------------
 
 # args keys lifted into columns, with their column names: the only ones the analysis reads.
@@ -410,11 +491,14 @@ class Columns:
         self.data = {name: np.empty(0, object if name in _OBJECT_COLUMNS else np.float64) for name in COLUMNS}
         self.size = 0
         self.seen = self.kept = self.skipped = self.distinct_arg_bytes = 0
+        self.ts_base_us = 0  # what the batches' `ts` are relative to (`Rebase`)
         self.strings: dict[str, str] = {}  # one object per distinct name, category, lane
         self.values: dict[bytes, Any] = {}  # one object per distinct object-arg value
 
-    def add(self, batch: list[Any], json_bytes: int) -> None:
-        """Append one batch (a parsed list of events); refuse past the event caps."""
+    def add(self, batch: list[Any], json_bytes: int, absolute: bool = False) -> None:
+        """Append one batch (a parsed list of events); refuse past the event caps.
+
+        Its `ts` are relative to `ts_base_us` (rewritten by `Rebase`), or `absolute` as the file wrote them."""
         self.seen += len(batch)
         if self.seen > self.limits.events:
             raise TraceError(f"trace: more than {self.limits.events:,} events (the cap); profile fewer steps")
@@ -424,7 +508,9 @@ class Columns:
         if not events:
             return
         text = {field: self._texts(_field(events, field), _TEXT_CUTS.get(field, str)) for field in TEXT_FIELDS}
-        ts, dur = _times(_field(events, "ts")), _times(_field(events, "dur"))
+        ts, dur = _times(_field(events, "ts"), 0 if absolute else self.ts_base_us), _times(_field(events, "dur"))
+        if absolute and self.ts_base_us:
+            ts -= self.ts_base_us
         complete, metadata = text["ph"] == "X", text["ph"] == "M"
         # Metadata ("M") events carry no time; every other usable event needs a finite start, and a
         # duration event also a non-negative duration and a name.
@@ -547,10 +633,11 @@ def _numbers(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _times(values: list[Any]) -> np.ndarray:
-    """Microseconds; NaN past MAX_TIME_US, so `ts + dur` and every difference of times stay finite."""
+def _times(values: list[Any], base: int = 0) -> np.ndarray:
+    """Microseconds since `base`; NaN past MAX_TIME_US from 0, so `ts + dur` and every difference of times
+    stay finite."""
     out = _numbers(values)
-    out[np.abs(out) > MAX_TIME_US] = np.nan
+    out[np.abs(out + base) > MAX_TIME_US] = np.nan
     return out
 
 
@@ -571,6 +658,7 @@ class RawTrace:
     columns: dict[str, np.ndarray]
     metadata: dict[str, Any]
     skipped: int
+    ts_base_us: int = 0  # the columns' `ts` and `end` are µs since this many µs (`Rebase`)
 
 
 def read_path(path: Path, limits: Limits | None = None, progress: Progress | None = None) -> RawTrace:
@@ -588,15 +676,17 @@ def read_text(data: bytes, limits: Limits | None = None, source: str = "trace") 
 
 
 def _read(chunks: Iterator[bytes], limits: Limits, source: str) -> RawTrace:
-    splitter, columns, json_bytes = Splitter(limits), Columns(limits), 0
+    splitter, columns, rebase, json_bytes = Splitter(limits), Columns(limits), Rebase(), 0
     with _no_gc():
         for chunk in inflated(chunks, limits.inflated_bytes):
             json_bytes += len(chunk)
             for batch in splitter.feed(chunk):
+                batch = rebase(batch)
+                columns.ts_base_us = rebase.base or 0
                 columns.add(_parse(batch, source), json_bytes)
         document = _parse(splitter.finish(), source)
         metadata = _metadata(document, columns, json_bytes, source)
-        return RawTrace(columns.arrays(), metadata, columns.skipped)
+        return RawTrace(columns.arrays(), metadata, columns.skipped, columns.ts_base_us)
 
 
 def _parse(text: bytes, source: str) -> Any:
@@ -610,7 +700,7 @@ def _metadata(document: Any, columns: Columns, json_bytes: int, source: str) -> 
     # The streamed events left `[]` in the skeleton; a `traceEvents` the scan did not recognise (an
     # escaped key, say) is still here, within the skeleton's cap, and is read now.
     if isinstance(document, list):
-        columns.add(document, json_bytes)
+        columns.add(document, json_bytes, absolute=True)
         return {}
     if not isinstance(document, dict):
         raise TraceError(f"trace: {source} must hold a JSON object or list, got {type(document).__name__}")
@@ -619,7 +709,7 @@ def _metadata(document: Any, columns: Columns, json_bytes: int, source: str) -> 
     events = document.pop("traceEvents")
     if not isinstance(events, list):
         raise TraceError(f"trace: `traceEvents` must be a list, got {type(events).__name__}")
-    columns.add(events, json_bytes)
+    columns.add(events, json_bytes, absolute=True)
     return document
 
 

@@ -4,6 +4,8 @@ Source of the definitions (pytorch/kineto, `tb_plugin/torch_tb_profiler/profiler
 plugin's removal):
 - `event_parser.py`, `StepParser._parse_step`: which events are steps and which role each
   event plays (kernel, memcpy, memset, communication, runtime, dataloader, CPU exec);
+- `event_parser.py`, `StepParser.parse_steps`: without a ProfilerStep, one step "0" over the
+  host's ops (`profiling/fallback_step.py`), treated below as any other step;
 - `event_parser.py`, `StepParser._find_device_steps` and `_update_steps_duration`: a step
   starts at the later of its CPU start and the previous step's end, and ends at the later of
   its CPU end and the end of the last GPU activity launched inside it; trailing steps that
@@ -15,6 +17,7 @@ Where we differ from the plugin, on purpose: launches in the `cuda_driver`/`hip_
 (cuLaunchKernel, used by Triton and cuDNN) count as launches and as runtime, since the plugin
 predates them; `gpu_user_annotation` spans are not CPU work; NCCL kernels are communication by
 name as well as through a `nccl:*` op's external id, since newer traces have no such ops.
+Each deviation, with the plugin's number beside ours, is in docs/plugin-parity.md.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from profiling import intervals as iv
+from profiling.fallback_step import fallback_step
 from profiling.trace import LAUNCH_CATEGORIES, Trace
 
 # torch numbers steps with a 64-bit counter: more digits (or non-ASCII ones) make an annotation, not a step.
@@ -35,7 +39,9 @@ STEP_NAME = re.compile(r"ProfilerStep#[0-9]{1,18}")
 # Steps are told apart by their place in time order, not by name: a trace may repeat a name (a
 # hostile one, 2,000 times), and joining tables on the name multiplied their rows.
 POSITION = "position"
-CPU_CATEGORIES = ("cpu_op", "user_annotation", "python")  # the plugin's OPERATOR, USER_ANNOTATION, PYTHON
+# The plugin's OPERATOR and USER_ANNOTATION; its PYTHON is 2021's `Python`, which the reader spells
+# `python_function` like today's events (the plugin's PYTHON_FUNCTION, no role): see `_cpu_work`.
+CPU_CATEGORIES = ("cpu_op", "user_annotation")
 # trace.py NcclOpNameSet and GlooOpNameSet
 COMMUNICATION_OPS = frozenset(
     f"{lib}:{op}"
@@ -80,15 +86,30 @@ def is_step_name(name: str) -> bool:
 
 
 def profiler_steps(trace: Trace) -> pd.DataFrame:
-    """The host-side `ProfilerStep#N` spans in time order, each with its `position` (0, 1, ...) in that order.
+    """The host-side `ProfilerStep#N` spans in time order, each with its `position` (0, 1, ...) in that order;
+    without any, the plugin's step "0" over the host's ops (`fallback_step`).
 
     A step recorded twice (same name, same span) counts once; the same name at another time is
-    another step. Indexed by the events' rows in `trace.events`.
+    another step. Indexed by the events' rows in `trace.events` (the fallback step by its first op's).
     """
-    mask = in_categories(trace, "user_annotation", "cpu_op") & where_value(trace, "name", is_step_name)
-    steps = trace.events.iloc[trace.complete_rows[mask]]
+    steps = _step_annotations(trace)
+    if steps.empty:
+        steps = fallback_step(trace)
     steps = steps.drop_duplicates(["name", "ts", "end"]).sort_values("ts", kind="stable")
     return steps.assign(**{POSITION: np.arange(len(steps))})
+
+
+def _step_annotations(trace: Trace) -> pd.DataFrame:
+    mask = in_categories(trace, "user_annotation", "cpu_op") & where_value(trace, "name", is_step_name)
+    return trace.events.iloc[trace.complete_rows[mask]]
+
+
+def steps_source(trace: Trace) -> str | None:
+    """Where `profiler_steps` came from: "profiler_steps" (the trace's ProfilerStep#N annotations),
+    "fallback" (the plugin's step "0" over the host's ops), or None (no step: no host op either)."""
+    if not _step_annotations(trace).empty:
+        return "profiler_steps"
+    return "fallback" if not fallback_step(trace).empty else None
 
 
 def launch_spans(trace: Trace, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +221,9 @@ def _steps_kept(count: np.ndarray) -> int:
 
 
 def steps_span(trace: Trace) -> tuple[float, float] | None:
-    """First step start to last step end; the whole trace without steps; None for an empty trace."""
+    """First step start to last step end (the fallback step "0" where there is no ProfilerStep); the whole
+    trace where it has no host op either (the plugin's step is then empty, from +inf to -inf); None for an
+    empty trace."""
     steps = adjusted_steps(trace)
     if len(steps):
         return float(steps["start"].iloc[0]), float(steps["end"].iloc[-1])
@@ -215,9 +238,16 @@ def _is_dataloader(name: str) -> bool:
     )
 
 
+def _cpu_work(trace: Trace) -> np.ndarray:
+    """Events of the plugin's OPERATOR, USER_ANNOTATION and PYTHON types: `python_function` rows count
+    only where the file spelled them 2021's `Python` (`Trace.python_spelled_2021`)."""
+    categories = (*CPU_CATEGORIES, "python_function") if trace.python_spelled_2021 else CPU_CATEGORIES
+    return in_categories(trace, *categories)
+
+
 def _role_masks(trace: Trace) -> dict[str, np.ndarray]:
     """StepParser._parse_step: which complete events play which role."""
-    cpu = in_categories(trace, *CPU_CATEGORIES) & ~where_value(trace, "name", is_step_name)
+    cpu = _cpu_work(trace) & ~where_value(trace, "name", is_step_name)
     dataloader = in_categories(trace, "cpu_op", "user_annotation") & where_value(trace, "name", _is_dataloader)
     communication_ops = cpu & ~dataloader & where_value(trace, "name", COMMUNICATION_OPS.__contains__)
     external_id = trace.complete_column("external_id")

@@ -17,7 +17,7 @@ from profiling.idle_time import idle_time
 from profiling.insights import copied_bytes_per_window
 from profiling.roofline import memory_roofline, roofline
 from profiling.runner import Measurement
-from profiling.step_breakdown import StepBreakdown
+from profiling.step_breakdown import StepBreakdown, steps_source
 from profiling.trace import Trace
 from profiling.windows import WindowStats
 
@@ -102,7 +102,8 @@ class TraceSummary(TypedDict):
     source: str
     gpu_activity_events: int
     skipped_events: int
-    profiler_steps: int
+    profiler_steps: int  # steps in the steps table: the ProfilerSteps, or the plugin's step "0" without them
+    steps_source: str | None  # "profiler_steps", "fallback" (step "0" over the host's ops), or null: no step
     annotations: int
     forwards: int
     kernels_per_forward: float | None
@@ -275,6 +276,7 @@ def trace_summary(
         gpu_activity_events=len(trace.gpu_activity),
         skipped_events=int(trace.skipped),
         profiler_steps=steps,
+        steps_source=steps_source(trace),
         annotations=annotations,
         forwards=forwards.count if forwards else 0,
         kernels_per_forward=forwards.kernels_per_window if forwards else None,

@@ -7,6 +7,7 @@ import pandas as pd
 
 from profiling.gpu_metrics import kernel_stats
 from profiling.kernels import decode
+from profiling.launches import first_launches, launch_owners
 from profiling.structure import propagate_up, structure
 from profiling.trace import LAUNCH_CATEGORIES, Trace
 from profiling.windows import WindowStats
@@ -68,9 +69,9 @@ def merged_into_parent(names: np.ndarray, parent: np.ndarray, children: np.ndarr
 def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.DataFrame:
     """The op table from a trace's `cpu_op` events (and, if asked, its annotations, listed last).
 
-    Self CPU time is an event's duration less its children's; device time is attributed to the
-    innermost op around each launch (self) and summed upwards (total). Same-name only children
-    are merged into their parent, as torch's `key_averages` does.
+    Self CPU time is an event's duration less its children's; device time is attributed to the op
+    that made each launch (self; `launches.launch_owners`) and summed upwards (total). Same-name only
+    children are merged into their parent, as torch's `key_averages` does.
     """
     ev = trace.events
     if ev.empty:
@@ -84,7 +85,7 @@ def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.Data
     children = np.bincount(owner, minlength=len(ev))
     # Each per-event array is freed once used: on a 10M-event trace each one is 80 MB.
     del owner, child_dur
-    self_device = _launched_device_time(trace, parent)
+    self_device = _launched_device_time(trace)
     total_device = propagate_up(self_device, parent, s.depth)
     names = ev["name"].to_numpy()
     representative = merged_into_parent(names, parent, children)
@@ -110,22 +111,6 @@ def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.Data
     return _aggregate_ops(frame)
 
 
-def first_launches(trace: Trace) -> np.ndarray:
-    """Rows of the launch events GPU work is attributed to: per correlation id, the first in the file.
-
-    CUPTI gives every launch its own correlation id, and its GPU work carries that id; a trace whose
-    launches share one (a merged or crafted file) cannot say which caused the work. Counting it once
-    per launch multiplied device time (50 launches of one id made a 100 us kernel 5,000 us), so it
-    goes to the first launch only, as the windows and the step breakdown also take the first launch
-    of an id. `shared_correlation_launches` counts the others, for the insight that says so.
-    """
-    ev = trace.events
-    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
-    correlation = ev["correlation"].to_numpy()[launches]
-    first = ~pd.Series(correlation).duplicated().to_numpy() & ~np.isnan(correlation)
-    return launches[first]
-
-
 def shared_correlation_launches(trace: Trace) -> int:
     """Launch events whose correlation id an earlier launch already has: they get no GPU work."""
     ev = trace.events
@@ -133,15 +118,17 @@ def shared_correlation_launches(trace: Trace) -> int:
     return int((~np.isnan(correlation)).sum()) - len(first_launches(trace))
 
 
-def _launched_device_time(trace: Trace, parent: np.ndarray) -> np.ndarray:
-    """Per event: the device time of the GPU work launched by its direct runtime/driver children, each
-    GPU event counted once (`first_launches`)."""
+def _launched_device_time(trace: Trace) -> np.ndarray:
+    """Per event: the device time of the GPU work of the launches it made (`launches.launch_owners`: its
+    direct runtime/driver children, or on 2021 traces the launches with its external id), each GPU
+    event counted once (`launches.first_launches`)."""
     ev = trace.events
+    owner = launch_owners(trace)
     gpu = trace.gpu_activity.groupby("correlation")["dur"].sum()
     launches = first_launches(trace)
-    owners = launches[parent[launches] >= 0]
-    launch_time = gpu.reindex(ev["correlation"].to_numpy()[owners]).fillna(0.0).to_numpy()
-    return np.bincount(parent[owners], weights=launch_time, minlength=len(ev))
+    launches = launches[owner[launches] >= 0]
+    launch_time = gpu.reindex(ev["correlation"].to_numpy()[launches]).fillna(0.0).to_numpy()
+    return np.bincount(owner[launches], weights=launch_time, minlength=len(ev))
 
 
 def _aggregate_ops(frame: pd.DataFrame) -> pd.DataFrame:
@@ -228,10 +215,10 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
 
 
 def launching_ops(trace: Trace) -> pd.Series:
-    """Per GPU activity name, the op that launched it most often (the innermost op around the launch);
-    among ops tied for most, the one whose launch came first."""
+    """Per GPU activity name, the op that launched it most often (`launches.launch_owners`); among ops
+    tied for most, the one whose launch came first."""
     ev = trace.events
-    parent = structure(trace).parent
+    parent = launch_owners(trace)
     launches = first_launches(trace)
     launches = launches[parent[launches] >= 0]
     op_of_launch = pd.Series(ev["name"].to_numpy()[parent[launches]], index=ev["correlation"].to_numpy()[launches])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from profiling.launches import first_launches
 from profiling.step_breakdown import POSITION
 from profiling.structure import lane_codes, process_codes, structure
 from profiling.trace import LAUNCH_CATEGORIES, Trace
@@ -145,10 +146,11 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
     )
 
     launched_in = window_of(trace, windows, across_threads=True) if name is not None else where
-    # Positions, not a copy of the launch rows: a quarter of a big trace's events are launches.
-    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (launched_in >= 0))
+    # Positions, not a copy of the launch rows: a quarter of a big trace's events are launches. The first
+    # launch of a correlation id is the one its GPU work belongs to (`launches.first_launches`).
+    launches = first_launches(trace)
+    launches = launches[launched_in[launches] >= 0]
     launch_window = pd.Series(launched_in[launches], index=ev["correlation"].to_numpy()[launches])
-    launch_window = launch_window[~launch_window.index.duplicated()]
     gpu = trace.gpu_activity
     if name is not None:
         gpu = gpu[gpu["correlation"].isin(launch_window.index)]
@@ -234,7 +236,8 @@ def _find_launch_work(trace: Trace) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         .groupby("correlation")
         .agg(n=("n", "sum"), kernel_us=("kernel_us", "sum"), start=("start", "min"), stop=("stop", "max"))
     )
-    rows = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
+    # One launch per correlation id gets its work: launches sharing an id would each count it.
+    rows = first_launches(trace)
     work = launched.reindex(ev["correlation"].to_numpy()[rows])
     columns = {name: work[name].to_numpy() for name in ("n", "kernel_us", "start", "stop")}
     return rows, columns | {"found": work["n"].notna().to_numpy()}

@@ -50,19 +50,27 @@ def end(e: dict) -> float:
     return e["ts"] + e["dur"]
 
 
+def adopts(parent: dict, child: dict) -> bool:
+    """torch's `EventList._populate_cpu_children` (torch/autograd/profiler_util.py): an open event adopts
+    one that starts before it ends and ends by its end (here with 1 ns to spare on the end). A
+    zero-length event adopts nothing: one that starts where it ends is a sibling."""
+    return parent["dur"] > 0 and child["ts"] < end(parent) and end(child) <= end(parent) + SLACK_US
+
+
 def nest(events: list[dict]) -> dict[int, int | None]:
-    """Parent (by id) of each event within its (pid, tid) lane: the innermost event around it."""
+    """Parent (by id) of each event within its (pid, tid) lane: the innermost open event that adopts it."""
     lanes: dict[tuple, list[dict]] = defaultdict(list)
     for e in events:
         lanes[(str(e.get("pid")), str(e.get("tid")))].append(e)
     parent: dict[int, int | None] = {}
     for lane in lanes.values():
-        stack: list[dict] = []
-        for e in sorted(lane, key=lambda e: (e["ts"], -e["dur"])):
-            while stack and end(stack[-1]) < end(e) - SLACK_US:
-                stack.pop()
-            parent[id(e)] = id(stack[-1]) if stack else None
-            stack.append(e)
+        open_events: list[dict] = []
+        # torch's order: by start, the one ending later first; file order among equals (a stable sort).
+        for e in sorted(lane, key=lambda e: (e["ts"], -end(e))):
+            while open_events and not adopts(open_events[-1], e):
+                open_events.pop()
+            parent[id(e)] = id(open_events[-1]) if open_events else None
+            open_events.append(e)
     return parent
 
 

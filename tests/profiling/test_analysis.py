@@ -139,3 +139,34 @@ def test_uploads_op_table_counts_only_ops(resnet):
         "Optimizer.zero_grad#SGD.zero_grad",
         "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
     }
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [("a100_simple_add", "fallback"), ("cpu_only", "profiler_steps"), ("sampled_training_rank0", "profiler_steps")],
+)
+def test_the_steps_table_summary_and_breakdown_agree(name, source):
+    """One set of steps everywhere: the ProfilerSteps, or without them the plugin's step "0" over the
+    host's ops (its CPU span from the first op's start to the last op's end, by a plain loop)."""
+    path = DATA / f"{name}.json.gz"
+    analysis = analyze_file(path)
+    events = reference.raw_events(path)
+    steps = [e for e in events if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    summary, table, per_step = analysis.summary, analysis.steps, analysis.steps.dropna(subset=["step time (us)"])
+    assert summary["steps_source"] == source and summary["profiler_steps"] == len(table) == len(steps or [0])
+    assert summary["average_step_time_us"] == pytest.approx(per_step["step time (us)"].mean())
+    if source == "fallback":
+        ops = [e for e in events if e["cat"] == "cpu_op"]
+        span_us = max(reference.end(e) for e in ops) - min(e["ts"] for e in ops)
+        assert list(table["step"]) == ["0"] and table["cpu (ms)"].iloc[0] == pytest.approx(span_us / 1e3)
+
+
+def test_without_host_ops_there_is_no_step():
+    """No ProfilerStep and no host op: the plugin's step would run from +inf to -inf; the app shows none."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 5, "pid": 0, "tid": 7, "args": {"stream": 7}},
+        {"ph": "X", "cat": "user_annotation", "name": "a", "ts": 2, "dur": 30, "pid": 1, "tid": 1},
+    ]
+    analysis = analyze(parse_trace(json.dumps({"traceEvents": events}).encode()))
+    assert analysis.steps.empty and analysis.summary["steps_source"] is None
+    assert analysis.summary["profiler_steps"] == 0 and analysis.summary["average_step_time_us"] is None

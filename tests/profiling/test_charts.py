@@ -89,7 +89,10 @@ def test_step_chart_from_a_real_trace():
 
     fig = window_chart(analyze_file(DATA / "sampled_training_rank0.json.gz").steps)
     assert [t.name for t in fig.data] == ["cpu (ms)", "device (ms)"] and len(fig.data[0].x) == 2
-    assert "No ProfilerStep" in window_chart(analyze_file(DATA / "a100_simple_add.json.gz").steps).layout.title.text
+    fallback = window_chart(analyze_file(DATA / "a100_simple_add.json.gz").steps)  # the plugin's step "0"
+    assert [list(t.x) for t in fallback.data] == [["0"], ["0"]]
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 5, "pid": 0, "tid": 7}]
+    assert "No ProfilerStep" in window_chart(analyze(parse_trace(json.dumps(events).encode())).steps).layout.title.text
 
 
 def test_first_window_zoom_keeps_its_gpu_work_in_view():

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from decimal import Context, Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +82,69 @@ def _arg(args: dict, key: str) -> Any:
     return value if value is not None else args.get(OLD_ARG_KEYS.get(key, key))
 
 
-def reference_rows(document: Any) -> tuple[list[dict], int]:
-    """What the event table must hold, by a plain loop over the JSON: the usable events, and the skipped count."""
-    raw = document["traceEvents"] if isinstance(document, dict) else document
+# The reader's base for times (README; profiling/reader.py, `Rebase`), restated: where the events' first
+# "ts" number is written with a fraction or an exponent and lies from 2**53 / 1000 µs (where float64
+# stops holding every ns) to 1e17 µs, every "ts" in the events is read exactly relative to 1e12 µs
+# before its whole µs.
+REBASE_FROM_US = 2**53 // 1000
+REBASE_MARGIN_US = 10**12
+
+
+def _events_of(document: Any) -> list:
+    return document["traceEvents"] if isinstance(document, dict) else document
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, Decimal)  # JSON numbers as json.loads(parse_float=Decimal) reads them
+
+
+def _ts_values(value: Any) -> Iterator[Any]:
+    """Every "ts" key's value, at any depth, in text order."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "ts":
+                yield inner
+            yield from _ts_values(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _ts_values(inner)
+
+
+def ts_base(exact_events: list) -> int:
+    first = next((v for v in _ts_values(exact_events) if _is_number(v)), None)
+    if type(first) is not Decimal or not REBASE_FROM_US <= first <= 1e17:
+        return 0  # no number, a whole number (exact in float64), or out of range
+    return int(first) - REBASE_MARGIN_US
+
+
+def _relative(exact: Any, base: int) -> Any:
+    """A "ts" value relative to `base`, as the reader reads it: a whole number stays one; None past 1e17."""
+    if not _is_number(exact):
+        return exact
+    if abs(exact) > Decimal("1e17"):
+        return None
+    with localcontext(Context(prec=64)):
+        shifted = Decimal(exact) - base
+    return int(shifted) if type(exact) is int else float(shifted)
+
+
+def _rebased(value: Any, exact: Any, base: int) -> Any:
+    """`value` (as json.loads reads it) with every "ts" in it, at any depth, relative to `base`."""
+    if isinstance(value, dict):
+        return {k: _relative(exact[k], base) if k == "ts" else _rebased(v, exact[k], base) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebased(v, e, base) for v, e in zip(value, exact, strict=True)]
+    return value
+
+
+def reference_rows(document: Any, text: str | bytes | None = None) -> tuple[list[dict], int]:
+    """What the event table must hold, by a plain loop over the JSON: the usable events, and the skipped
+    count. `text` is the document's JSON (json.dumps of it if not given), read again for exact times."""
+    exact = _events_of(json.loads(json.dumps(document) if text is None else text, parse_float=Decimal))
+    base = ts_base(exact)
+    raw = _events_of(document)
+    if base:
+        raw = _rebased(raw, exact, base)
     rows, skipped = [], 0
     for event in raw:
         if not isinstance(event, dict):
@@ -121,7 +183,8 @@ def _same(have: Any, want: Any) -> bool:
 
 @pytest.mark.parametrize("path", REAL_TRACES + sorted(VINTAGES.glob("*.json")), ids=lambda p: p.name)
 def test_every_field_matches_the_reference_reader(path):
-    expected, skipped = reference_rows(_document(path))
+    data = path.read_bytes()
+    expected, skipped = reference_rows(_document(path), gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
     trace = load_trace(path)
     assert trace.skipped == skipped and len(trace.events) == len(expected)
     got = trace.events.to_dict(orient="records")
@@ -179,6 +242,41 @@ def test_nanosecond_traces_keep_microseconds():
     assert list(trace.events["ts"]) == [e["ts"] for e in raw["traceEvents"]]
     assert list(trace.events["dur"]) == [e["dur"] for e in raw["traceEvents"]]
     assert trace.metadata["displayTimeUnit"] == "ns"
+
+
+def _epoch_ns_events(odd: bool) -> str:
+    """Events as Kineto wrote them before baseTimeNanoseconds (epoch µs, `%d.%03d`), back to back by 1 ns;
+    the metadata, written first, is the earliest. `odd` adds every other spelling of a time."""
+    lines = ['{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "ts": 1699999999999000.001}']
+    for k in range(6):
+        ns = 1_700_000_000_000_000_000 + k
+        lines.append(
+            f'{{"ph": "X", "cat": "cpu_op", "name": "op{k}", "pid": 1, "tid": 1, "ts": {ns // 1000}.{ns % 1000:03d},'
+            f' "dur": 0.00{k}, "args": {{"External id": {k}, "grid": {{"ts": 1700000000000000.5}}}}}}'
+        )
+    if odd:
+        lines += [
+            f'{{"ph": "X", "cat": "cpu_op", "name": "odd", "pid": 1, "tid": 1, "ts": {ts}, "dur": 1}}'
+            for ts in ("1.7000000000000015e15", "1700000000000002", "-3.5", "0.25", "100000000000000003", '"7"')
+        ]
+        lines.append('{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1e3, "args": {"grid": {"ts": 5}}}')
+    return '{"traceEvents": [\n' + ",\n".join(lines) + "\n]}"
+
+
+@pytest.mark.parametrize("odd", [False, True], ids=["kineto", "odd"])
+def test_nanosecond_epoch_times_match_the_reference_reader(odd):
+    """Epoch µs with ns digits (~1.7e15) read to the ns, relative to `ts_base_us`; the reference reads
+    the text exactly (Decimal). `odd` takes the reader's value-by-value path; `kineto` its fast one."""
+    text = _epoch_ns_events(odd)
+    trace = parse_trace(text.encode())
+    expected, skipped = reference_rows(json.loads(text), text)
+    assert trace.ts_base_us == 1699999999999000 - REBASE_MARGIN_US
+    assert trace.skipped == skipped and len(trace.events) == len(expected)
+    for i, (want, have) in enumerate(zip(expected, trace.events.to_dict(orient="records"), strict=True)):
+        wrong = {k: (want[k], have[k]) for k in want if not _same(have[k], want[k])}
+        assert not wrong, f"event {i}: {wrong}"
+    ops = trace.events[trace.events["name"].str.startswith("op")]
+    assert list((ops["ts"].diff().dropna() * 1000).round()) == [1] * 5  # 1 ns apart, as written
 
 
 # --- hostile input (issue 10) --------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiling.step_breakdown import adjusted_steps, step_breakdown, steps_span
-from profiling.trace import load_trace
+from profiling.trace import load_trace, parse_trace
 from tests.conftest import DATA
 
 RESNET = DATA / "tb_plugin" / "resnet50_num_workers_4.pt.trace.json.gz"
@@ -55,6 +55,21 @@ def is_step(e: dict) -> bool:
     )
 
 
+def is_python_2021(e: dict) -> bool:
+    """torch 1.8-1.9's `Python` category: the plugin's PYTHON type (its lookup ignores case), CPU work;
+    today's `python_function` is not."""
+    return e["cat"].lower() == "python"
+
+
+def fallback_host_span(events: list[dict]) -> list[list]:
+    """event_parser.py StepParser.parse_steps without a ProfilerStep: one step "0" from the first start to
+    the last end of the OPERATOR (`cpu_op`, 2021 `Operator`) and PYTHON events; none without any."""
+    host = [e for e in events if e["cat"] == "cpu_op" or is_python_2021(e)]
+    if not host:
+        return []
+    return [["0", min(e["ts"] for e in host), max(e["ts"] + e["dur"] for e in host)]]
+
+
 def plain_steps(events: list[dict]) -> list[tuple[str, float, float]]:
     """The plugin's steps, by its two-pointer merge of launches and steps, in plain Python."""
     seen, steps = set(), []
@@ -62,6 +77,7 @@ def plain_steps(events: list[dict]) -> list[tuple[str, float, float]]:
         if (e["name"], e["ts"], e["dur"]) not in seen:  # a step recorded twice: the same name and span
             seen.add((e["name"], e["ts"], e["dur"]))
             steps.append([e["name"], e["ts"], e["ts"] + e["dur"]])
+    steps = steps or fallback_host_span(events)
     if not steps:
         return []
     device_of = {}
@@ -126,12 +142,13 @@ def role_of(e: dict, nccl_ids: set) -> str | None:
         return cat[4:]
     if cat in LAUNCH:
         return "runtime"
-    if cat not in ("cpu_op", "user_annotation", "python") or is_step(e):
+    python = is_python_2021(e)
+    if (cat not in ("cpu_op", "user_annotation") and not python) or is_step(e):
         return None
     loader = (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
         "enumerate(DataPipe)#"
     )
-    if loader and cat != "python":
+    if loader and not python:
         return "dataloader"
     if re.match(r"(nccl|gloo):(broadcast|reduce|all_reduce|all_gather|reduce_scatter)$", name):
         return "communication"
@@ -220,12 +237,34 @@ def test_triton_driver_launch_extends_the_step_to_its_kernel():
     assert list(steps["gpu_activities"]) == [1]
 
 
-def test_without_steps_the_span_is_the_whole_trace():
+def test_without_steps_the_span_is_the_plugins_step_zero():
+    """No ProfilerStep: the plugin's step "0" from the first op's start to the last op's end, extended to
+    the end of the GPU work the ops launched (event_parser.py parse_steps, _update_steps_duration)."""
     path = DATA / "a100_simple_add.json.gz"
     events = raw_events(path)
     assert not any(is_step(e) for e in events)
+    ops = [e for e in events if e["cat"] == "cpu_op"]
+    first, last = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
+    launched = {
+        e["args"]["correlation"]
+        for e in events
+        if e["cat"] in LAUNCH and first <= e["ts"] <= e["ts"] + e["dur"] <= last
+    }
+    gpu_end = max(e["ts"] + e["dur"] for e in events if e["cat"] in GPU and e["args"].get("correlation") in launched)
     span = steps_span(load_trace(path))
-    assert span == (min(e["ts"] for e in events), max(e["ts"] + e["dur"] for e in events))
+    assert span == (first, max(last, gpu_end))
+    whole = (min(e["ts"] for e in events), max(e["ts"] + e["dur"] for e in events))
+    assert span != whole  # the trace holds more than its ops' span: the test tells the two rules apart
+
+
+def test_without_steps_or_host_ops_the_span_is_the_whole_trace():
+    """No host op either: the plugin's step would run from +inf to -inf; the span stays the whole trace."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 5, "pid": 0, "tid": 7, "args": {"stream": 7}},
+        {"ph": "X", "cat": "user_annotation", "name": "a", "ts": 2, "dur": 30, "pid": 1, "tid": 1},
+    ]
+    trace = parse_trace(json.dumps(events).encode())
+    assert steps_span(trace) == (2, 32) and step_breakdown(trace).average_step_time_us is None
 
 
 def test_trailing_partial_step_is_dropped():
@@ -300,3 +339,15 @@ def test_overlapping_kernels_on_one_stream_break_down_like_a_plain_loop():
     numbers = result.per_step.drop(columns=["position", "step"])
     assert (numbers.to_numpy() >= 0).all()
     assert list(result.per_step["kernel (us)"]) == pytest.approx([560 + 30] * 3)  # [20, 580) and [700, 730)
+
+
+@pytest.mark.parametrize(("name", "cpu_exec"), [("kineto_2021", 15 + 10), ("kineto_2024", 10 + 10)])
+def test_2021_python_events_are_cpu_work(name, cpu_exec):
+    """2021's `Python` is the plugin's PYTHON type, CPU work; today's `python_function` is not. In
+    ProfilerStep#5 [100, 300], `nn.Module: Linear_0` [105, 165] holds aten::mm [110, 160], less a launch
+    [120, 130] and the kernel [140, 170]: the plugin's CpuOp is 25 on the 2021 file, 20 on today's."""
+    path = DATA / "vintages" / f"{name}.json"
+    events = raw_events(path)
+    result = step_breakdown(load_trace(path))
+    assert list(result.per_step["cpu_exec (us)"]) == [cpu_exec]
+    assert [c["cpu_exec"] for c in plain_breakdown(events, plain_steps(events))] == [cpu_exec]

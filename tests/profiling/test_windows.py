@@ -66,3 +66,31 @@ def test_overhead_bound_per_window_on_a_real_trace():
     assert overhead.text.startswith("Overhead-bound (the CPU is the bottleneck)")
     assert f"per {MEASURED_FORWARD}" in overhead.text
     assert overhead.evidence["gap_ms"] == pytest.approx(overhead.evidence["device_ms"] - overhead.evidence["busy_ms"])
+
+
+def test_launches_sharing_a_correlation_id_count_its_work_once_in_every_table():
+    """Two launches with one correlation id (a merged or crafted file): the GPU work goes to the first
+    launch in the file only (`launches.first_launches`), in the steps and annotation tables as in the op
+    table, so a 10 µs kernel is 10 µs once, in the step whose launch came first."""
+    from profiling.analysis import analyze
+
+    def x(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args: float) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+    events = [
+        x("user_annotation", "ProfilerStep#1", 0, 100),
+        x("user_annotation", "ProfilerStep#2", 100, 100),
+        x("user_annotation", "fwd", 10, 170),  # around both launches
+        x("cpu_op", "aten::add", 20, 10),
+        x("cuda_runtime", "cudaLaunchKernel", 21, 2, correlation=5),
+        x("cpu_op", "aten::mul", 120, 10),
+        x("cuda_runtime", "cudaLaunchKernel", 121, 2, correlation=5),  # the same id again, in step 2
+        x("kernel", "k", 150, 10, tid=7, correlation=5, stream=7, device=0),
+    ]
+    analysis = analyze(parse_trace(__import__("json").dumps(events).encode()))
+    steps = analysis.steps.set_index("step")
+    assert list(steps["gpu activities"]) == [1, 0] and list(steps["kernel time (us)"]) == [10, 0]
+    fwd = analysis.annotations.set_index("annotation").loc["fwd"]
+    assert (fwd["kernels/window"], fwd["kernel time (us)"]) == (1, 10)
+    ops = analysis.op_table.set_index("name")
+    assert (ops.loc["aten::add", "self device (us)"], ops.loc["aten::mul", "self device (us)"]) == (10, 0)
