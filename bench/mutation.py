@@ -10,23 +10,29 @@ Usage (from the repository root):
     python bench/mutation.py run                    # copy the tree, mutmut run with 1 child, print the table
     python bench/mutation.py run --only 'profiling.occupancy*'   # just these mutants (mutmut's glob)
     python bench/mutation.py run --sample 55        # a seeded random 55 non-message mutants per module
+    python bench/mutation.py run --sample 60 --modules intervals idle_time   # ... of these modules only
     python bench/mutation.py run --rerun-survivors  # after adding tests: rerun only the survivors
     python bench/mutation.py report                 # the table from the last run, nothing run
     python bench/mutation.py report --survivors     # ... and the diff of every surviving mutant
     python bench/mutation.py report --markdown      # the table as markdown
 
 Options: `--workdir` (default /tmp/attention-profiler-mutation; kept between runs, so mutmut
-only tests mutants of functions that changed), `--max-children` (default 1: the machine is shared).
+only tests mutants of functions that changed), `--max-children` (default 1: the machine is shared),
+`--modules` (module names, e.g. `gpu_metrics`: sample, rerun and report only these; with
+`--sample` the sample of the other modules is kept, so runs of different modules add up).
 
 The table counts, per module, the mutants mutmut made, killed, survived and timed out, and
 the score: killed (timeouts count as killed) out of those tested, a mutant no selected test
 reaches counting as a survivor. With `--sample`, only the sampled mutants are tested and scored
-(the sample is kept in mutants/bench-sample.txt for `report`). A mutant whose only change
+(the sample is kept in mutants/bench-sample.txt for `report`); those with a result from an earlier
+run are not run again (mutmut drops the result of a function that changed), so `--sample 120`
+after `--sample 60` tests the 60 it adds. A mutant whose only change
 is to a message (text in an f-string, a `Finding`, an error, a docstring, or prose of four
 words or more) is counted apart as a "message" mutant: a test that pins the wording of every
 sentence would be brittle, so those are reported but kept out of the score that matters.
-Not run in CI: with one child mutmut tests 1.2-1.5 mutants a second here (2 cores), so a full run
-(about 3,000 mutants) takes some 40 minutes; `--sample 120` about 12.
+Not run in CI: with one child mutmut tests 1.1-1.7 mutants a second here (2 cores), so a full run
+(about 5,200 mutants in 12 modules) takes over an hour; `--sample 120 --modules M` some 5 minutes
+a module, plus 3-4 minutes of mutmut's stats and clean runs.
 """
 
 from __future__ import annotations
@@ -207,10 +213,14 @@ def load_mutants(workdir: Path) -> list[Mutant]:
     return out
 
 
-def score_table(mutants: list[Mutant], sample: set[str] | None = None) -> list[tuple[str, list]]:
-    """Per module: the non-message mutants (all, or those in `sample`) by status, their score; the message ones."""
+def score_table(
+    mutants: list[Mutant], sample: set[str] | None = None, modules: list[str] | None = None
+) -> list[tuple[str, list]]:
+    """Per module (all, or those in `modules`): the non-message mutants (all, or those in `sample`) by status,
+    their score; the message ones. The `all` row sums the modules shown."""
     rows: list[tuple[str, list]] = []
     by_module: dict[str, list[Mutant]] = defaultdict(list)
+    mutants = [m for m in mutants if not modules or m.module in modules]
     for m in mutants:
         by_module[m.module].append(m)
     for module in [*sorted(by_module), "all"]:
@@ -260,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun-survivors", action="store_true", help="run again every mutant that survived")
     parser.add_argument("--survivors", action="store_true", help="print the diff of each survivor")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--modules", nargs="*", default=[], help="module names (e.g. gpu_metrics); default all")
     args = parser.parse_args(argv)
     workdir = args.workdir.resolve()
     if args.command == "run":
@@ -268,10 +279,10 @@ def main(argv: list[str] | None = None) -> int:
             return code
     mutants = load_mutants(workdir)
     sample = _read_sample(workdir)
-    print(render(score_table(mutants, sample), args.markdown))
+    print(render(score_table(mutants, sample, args.modules), args.markdown))
     if args.survivors:
         for m in mutants:
-            if m.status == "survived" and (sample is None or m.name in sample):
+            if m.status == "survived" and (sample is None or m.name in sample) and _in(m.module, args.modules):
                 kind = "message" if m.message else "logic"
                 print(f"\n## {m.name} ({m.module}.py:{m.line}, {kind})\n{m.diff}")
     return 0
@@ -285,14 +296,30 @@ def _run(workdir: Path, args: argparse.Namespace) -> int:
         (workdir / SAMPLE_FILE).unlink(missing_ok=True)  # a full run: every mutant is scored
     if args.sample:
         generate(workdir)
-        names += _write_sample(workdir, load_mutants(workdir), args.sample, args.seed)
+        mutants = load_mutants(workdir)
+        sampled = _write_sample(workdir, mutants, args.sample, args.seed, args.modules)
+        # As mutmut does unasked: a result stands until its function changes (mutmut then forgets it), so
+        # a larger sample tests only what it adds. After new tests, --rerun-survivors.
+        done = {m.name for m in mutants if m.status != "not checked"}
+        names += [name for name in sampled if name not in done]
+        if not names:
+            print("every sampled mutant has a result: see `report`, or --rerun-survivors after new tests")
+            return 0
     if args.rerun_survivors:
         sample = _read_sample(workdir)
-        names += [m.name for m in _survivors(workdir) if sample is None or m.name in sample]
+        survivors = _survivors(workdir)
+        names += [m.name for m in survivors if (sample is None or m.name in sample) and _in(m.module, args.modules)]
         if not names:
             print("no survivors to rerun")
             return 0
+    if args.modules and not names:  # no names would make mutmut test every module's mutants
+        print("no mutants of these modules to run: give --sample, --rerun-survivors or --only")
+        return 2
     return run_mutmut(workdir, args.max_children, names)
+
+
+def _in(module: str, modules: list[str]) -> bool:
+    return not modules or module in modules
 
 
 def generate(workdir: Path) -> None:
@@ -308,17 +335,24 @@ def generate(workdir: Path) -> None:
 SAMPLE_FILE = "mutants/bench-sample.txt"
 
 
-def _write_sample(workdir: Path, mutants: list[Mutant], per_module: int, seed: int) -> list[str]:
-    """A seeded random sample of each module's non-message mutants, remembered for `report`."""
+def _write_sample(
+    workdir: Path, mutants: list[Mutant], per_module: int, seed: int, modules: list[str] | None = None
+) -> list[str]:
+    """A seeded random sample of each module's non-message mutants (of `modules` only, where given), remembered
+    for `report`; the names to run. The sample of modules left out is kept from the last sample, if any."""
     by_module: dict[str, list[str]] = defaultdict(list)
     for m in mutants:
-        if not m.message:
+        if not m.message and _in(m.module, modules or []):
             by_module[m.module].append(m.name)
     chosen = []
     for names in by_module.values():
         random.Random(seed).shuffle(names)  # a larger sample extends a smaller one with the same seed
         chosen += names[:per_module]
-    (workdir / SAMPLE_FILE).write_text("\n".join(sorted(chosen)) + "\n")
+    kept: set[str] = set()
+    if modules:
+        module_of = {m.name: m.module for m in mutants}
+        kept = {n for n in _read_sample(workdir) or set() if module_of.get(n) not in modules}
+    (workdir / SAMPLE_FILE).write_text("\n".join(sorted(kept.union(chosen))) + "\n")
     return sorted(chosen)
 
 
