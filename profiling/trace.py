@@ -125,7 +125,7 @@ class Trace:
     source: str = "trace"
     spellings: frozenset[str] = frozenset()  # the categories as the file spells them, before normalising
     # `events.ts` and `end` are µs since this many µs: 0, or the first start's whole µs where the file
-    # writes epoch µs with ns digits, which float64 cannot hold (`reader.Rebase`). Add it back to show
+    # writes epoch µs with ns digits, which float64 cannot hold (`timestamps.Rebase`). Add it back to show
     # an absolute time; differences of times need nothing.
     ts_base_us: int = 0
     derived: Derived = field(default_factory=Derived, repr=False)

@@ -337,45 +337,16 @@ def test_6_a_dense_mask_that_cannot_fit_is_refused_at_once(client, monkeypatch):
     assert time.monotonic() - start < GRACE_S
 
 
+def _tiny_run(mask: str, valid_len: str) -> tuple:
+    """/profile's arguments for a tiny naive run with this mask and valid_len."""
+    return ("naive", "auto", 1, 2, 32, 16, "float32", "cpu", False, "inference", 0, 0, mask, 0, valid_len)
+
+
 def test_16_a_long_valid_len_without_padding_is_never_parsed(client):
-    summary, *_ = client.predict(
-        "naive",
-        "auto",
-        1,
-        2,
-        32,
-        16,
-        "float32",
-        "cpu",
-        False,
-        "inference",
-        0,
-        0,
-        "none",
-        0,
-        "1," * 1_500_000,
-        api_name="/profile",
-    )
+    summary, *_ = client.predict(*_tiny_run("none", "1," * 1_500_000), api_name="/profile")
     assert summary["kernels_per_forward"] > 0
     with pytest.raises(AppError) as refused:
-        client.predict(
-            "naive",
-            "auto",
-            1,
-            2,
-            32,
-            16,
-            "float32",
-            "cpu",
-            False,
-            "inference",
-            0,
-            0,
-            "padding",
-            0,
-            "1," * 1_500_000,
-            api_name="/profile",
-        )
+        client.predict(*_tiny_run("padding", "1," * 1_500_000), api_name="/profile")
     assert str(refused.value).startswith("valid_len: ") and len(str(refused.value)) < 400
 
 

@@ -4,7 +4,7 @@
 At 1.7e15 µs float64 steps by 0.25 µs, so a reader that parses these times as floats makes
 back-to-back ns events collide and lets a child's end overhang its parent's: the tree then loses
 and moves calls. The reader reads such times relative to a base before they become floats
-(`profiling/reader.py`, `Rebase`). The expected values come from torch (`key_averages`, and each
+(`profiling/timestamps.py`, `Rebase`). The expected values come from torch (`key_averages`, and each
 FunctionEvent's `cpu_parent`) and from the file's text read with `Decimal`, never from the reader.
 """
 

@@ -82,7 +82,7 @@ def _arg(args: dict, key: str) -> Any:
     return value if value is not None else args.get(OLD_ARG_KEYS.get(key, key))
 
 
-# The reader's base for times (README; profiling/reader.py, `Rebase`), restated: where the events' first
+# The reader's base for times (README; profiling/timestamps.py, `Rebase`), restated: where the events' first
 # "ts" number is written with a fraction or an exponent and lies from 2**53 / 1000 µs (where float64
 # stops holding every ns) to 1e17 µs, every "ts" in the events is read exactly relative to 1e12 µs
 # before its whole µs.

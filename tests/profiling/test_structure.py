@@ -204,7 +204,7 @@ def test_op_calls_on_a_nanosecond_trace_at_1_7e15_us_agree_with_torchs_tree(reco
     prof, path = recorded
     trace = load_trace(_shifted(path, tmp_path / "absolute.json", absolute=True))
     # Rounded once to float64 here, the times reach the reader already collided; it reads them relative to
-    # a base where the first is written with a fraction (`reader.Rebase`), which keeps them as they are.
+    # a base where the first is written with a fraction (`timestamps.Rebase`), which keeps them as they are.
     assert trace.ts_base_us + trace.events["ts"].min() == 1.7e15 and np.spacing(1.7e15) == 0.25
     table = op_table_from_trace(trace)
     calls = dict(zip(table["name"], table["calls"], strict=True))

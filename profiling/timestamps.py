@@ -1,0 +1,91 @@
+"""Epoch timestamps with nanosecond digits, read relative to a base so that no digit is lost.
+
+`Rebase` rewrites each batch of `traceEvents` text before any parser turns its `ts` into floats; the
+reader keeps the base on the trace (`RawTrace.ts_base_us`).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Context, Decimal
+
+# Times are microseconds since some epoch: 1e17 us is 3,000 years. Beyond it a time is junk (the reader
+# reads it as missing), and sums or differences of such times would overflow to infinity in the analysis.
+MAX_TIME_US = 1e17
+
+# float64 holds whole numbers exactly up to 2**53, so microseconds with ns digits only below this
+# many µs (104 days). Kineto wrote epoch microseconds (~1.7e15 µs in 2023) as `%d.%03d` before
+# `baseTimeNanoseconds`; parsed as they stand they round to 0.25 µs steps there, back-to-back ns
+# events collide, and an end (`ts + dur`) overhangs its parent's by a step, so the op tree loses
+# calls. Such a file's `ts` are rewritten as text, before any parser makes them floats, relative to
+# a base (`RawTrace.ts_base_us`): every ns digit is kept.
+REBASE_FROM_US = 2**53 // 1000
+# The base is this far before the first start: the files' first event is not always the earliest
+# (Kineto writes its metadata events last, with earlier times), and a value left non-negative keeps
+# its fraction as written. 1e12 µs (11.6 days) leaves every ns exact for 80 days after the base.
+REBASE_MARGIN_US = 10**12
+# A `"ts"` key: its quote follows `{`, `,` or a blank, which a quote inside a string never does (there
+# it follows its escaping backslash). Checked behind the literal: a pattern that starts with it is
+# searched for as a literal, five times faster.
+_KEY = rb'"ts"(?<=[\s{,]"ts")\s*:\s*'
+_NUMBER = rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"
+_TS_FIRST = re.compile(_KEY + rb"(" + _NUMBER + rb")")
+# The common spelling, rewritten with no Python per value but an int: a whole number of up to 17
+# digits (under MAX_TIME_US, and `int()` stays off a hostile million-digit one), then a fraction or
+# the value's end. The one-byte alternative catches any other value (an exponent, a minus sign, more
+# digits, text); a batch with one goes to _TS_ANY, value by value.
+_TS_WHOLE = re.compile(rb"(" + _KEY + rb")(?:(\d{1,17})(?=(?:\.\d+)?[,}\]\s])|(.))", re.DOTALL)
+_TS_ANY = re.compile(rb"(" + _KEY + rb")(" + _NUMBER + rb")")
+_EXACT = Context(prec=64)  # a rewritten value's digits: far more than float64 keeps
+
+
+class Rebase:
+    """Rewrites each batch's `"ts":` numbers relative to `base` (whole µs), in the text.
+
+    The base is decided once, by the first `"ts":` number of the events: REBASE_MARGIN_US before its
+    whole microseconds where it is written with a fraction or an exponent and lies from
+    REBASE_FROM_US to MAX_TIME_US; else 0, and nothing is rewritten (whole numbers are exact in
+    float64 up to 2**53, 285 years of µs). Every `"ts"` key is rewritten, an `args` one too (the
+    analysis reads none there); a value past MAX_TIME_US becomes null, as it would read anyway.
+    """
+
+    def __init__(self) -> None:
+        self.base: int | None = None  # None: no `"ts":` number seen yet
+
+    def __call__(self, batch: bytes) -> bytes:
+        if self.base is None:
+            first = _TS_FIRST.search(batch)
+            if first is None:
+                return batch
+            self.base = _base_of(first.group(1))
+        if not self.base:
+            return batch
+        parts = _TS_WHOLE.split(batch)  # text, key, whole µs, other, text, key, whole µs, other, ..., text
+        if not any(parts[3::4]):
+            del parts[3::4]
+            wholes = list(map(int, parts[2::3]))
+            base = self.base
+            if not wholes or min(wholes) >= base:  # below the base, the fraction would need subtracting
+                parts[2::3] = [b"%d" % (whole - base) for whole in wholes]
+                return b"".join(parts)
+        return _TS_ANY.sub(self._relative, batch)
+
+    def _relative(self, match: re.Match[bytes]) -> bytes:
+        """One value, exactly; a whole number stays one, and any other stays a float (an object arg may
+        hold a "ts" key, and is kept as parsed)."""
+        number = match.group(2)
+        value = Decimal(number.decode())
+        if abs(value) > MAX_TIME_US:  # junk, missing whatever the base; as a number it could read as valid
+            return match.group(1) + b"null"
+        text = format(_EXACT.subtract(value, self.base or 0), "f")
+        if re.search(rb"[.eE]", number) and "." not in text:
+            text += ".0"
+        return match.group(1) + text.encode()
+
+
+def _base_of(number: bytes) -> int:
+    """The base a file's first `ts` (its text) gives: 0, or REBASE_MARGIN_US before its whole µs."""
+    if not re.search(rb"[.eE]", number):
+        return 0
+    value = Decimal(number.decode())
+    return int(value) - REBASE_MARGIN_US if REBASE_FROM_US <= value <= MAX_TIME_US else 0
