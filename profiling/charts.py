@@ -1,16 +1,14 @@
 """Plotly figures. The only module that imports plotly; compute stays in tables/insights.
 
-The timeline draws one lane per CPU thread (ops stacked by depth) and one per GPU stream.
-It stays light whatever the trace size: past `MAX_LANES` lanes the quietest share one "others"
-lane; past `MAX_BARS`, events that share a lane, depth and time bucket are merged into one bar;
-hover text is cut to a budget; the title says what was merged.
+The timeline draws the bars and lanes `profiling/lanes.py` chooses (at most `lanes.MAX_LANES` lanes and
+`MAX_BARS` bars, merged past them); here its hover text is cut to a budget, and the title says what was
+merged.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,16 +16,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from profiling import intervals as iv
 from profiling.analysis import Analysis
 from profiling.kernels import decode
+from profiling.lanes import Lanes, assign_lanes, lane_rows, merge, timed_events
 from profiling.step_breakdown import POSITION
-from profiling.structure import lane_codes, structure
-from profiling.trace import GPU_ACTIVITY, Trace
+from profiling.trace import Trace
 from profiling.windows import FORWARD
 
 MAX_BARS = 3000
-MAX_DEPTH = 6  # deeper CPU ops fold into the last row of their lane
 MAX_MARKS = 40  # window/step shading shapes
 MIN_WIDTH_FRACTION = 2000  # the narrowest bar is this fraction of the whole span
 HOVER_NAME = 120  # characters of a name in hover text
@@ -36,7 +32,6 @@ HOVER_MEANING = 160
 MERGED_NAME = 80
 LANE_NAME = 120  # characters of a lane's label
 MIN_CUT = 8  # the shortest a name is cut to, however tight the hover budget
-MAX_LANES = 40  # lanes drawn on their own, the busiest; the rest share one "others" lane
 MAX_CATEGORIES = 12  # legend entries, the commonest categories; the rest share one
 OTHER_CATEGORIES = "other categories"
 ROW_HEIGHT = 28  # px per row of a lane
@@ -94,100 +89,6 @@ def _hover(row: Any, scale: float, full: bool) -> str:
     return hover
 
 
-TIMELINE_COLUMNS = ("name", "cat", "ts", "end", "dur", "pid", "tid")  # what merged bars are drawn from
-
-
-@dataclass
-class Lanes:
-    """The timeline's lanes: each event's `lane` column indexes `names`, its `origin` column `labels`."""
-
-    names: list[str]  # display order: CPU threads, GPU streams, then the "others" lane where lanes were merged
-    rows: list[int]  # rows of each lane (its deepest event's depth + 1)
-    labels: np.ndarray  # the label of every lane of the trace, its own lane for an event merged into "others"
-    others: int | None  # the position of the "others" lane in `names`; None where every lane is drawn
-
-    @property
-    def merged(self) -> int:
-        return 0 if self.others is None else len(self.labels) - self.others
-
-
-def _lane_labels(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each event's lane label, as a code into the labels: `GPU <pid> stream <tid>` or `CPU thread <tid>`.
-
-    Kineto puts device work under the device's pid, with one tid per stream (sync events too), so
-    a lane is a GPU lane when its pid is one that ran GPU activity. Labels are made once per lane,
-    not per event; lanes that share a label share a lane, as CPU threads of one tid in two processes.
-    """
-    per_lane, _ = pd.factorize(lane_codes(trace)[ev.index.to_numpy()])
-    # factorize numbers lanes in order of first appearance: where the running maximum rises, a lane begins.
-    first = np.flatnonzero(np.diff(np.maximum.accumulate(per_lane), prepend=-1) > 0)
-    pid, tid = ev["pid"].to_numpy()[first], ev["tid"].to_numpy()[first]
-    gpu_pids = set(ev["pid"].to_numpy()[ev["cat"].isin(GPU_ACTIVITY).to_numpy()])
-    on_gpu = pd.Series(pid, dtype=object).isin(gpu_pids).to_numpy()
-    labels = [f"GPU {p} stream {t}" if g else f"CPU thread {t}" for p, t, g in zip(pid, tid, on_gpu, strict=True)]
-    codes, names = pd.factorize(pd.Series(labels, dtype=object))
-    return codes[per_lane], np.asarray(names, dtype=object)
-
-
-def _assign_lanes(trace: Trace, ev: pd.DataFrame) -> tuple[pd.DataFrame, Lanes]:
-    """The MAX_LANES busiest lanes (by the union of their events' time) drawn alone, the rest merged into one."""
-    origin, labels = _lane_labels(trace, ev)
-    kept = np.arange(len(labels))
-    if len(labels) > MAX_LANES:
-        busy = iv.busy_per_group(origin, ev["ts"].to_numpy(), ev["end"].to_numpy(), len(labels))
-        kept = np.argsort(-busy, kind="stable")[:MAX_LANES]
-    kept = sorted(kept, key=lambda i: (labels[i].startswith("GPU"), labels[i]))
-    names, others = [str(labels[i]) for i in kept], None
-    position = np.full(len(labels), len(kept), dtype=np.int64)
-    position[kept] = np.arange(len(kept))
-    if len(kept) < len(labels):
-        others = len(kept)
-        names.append(f"others ({len(labels) - len(kept):,} quieter lanes)")
-    lane = position[origin]
-    deepest = pd.Series(ev["depth"].to_numpy()).groupby(lane).max().reindex(range(len(names)), fill_value=0)
-    return ev.assign(lane=lane, origin=origin), Lanes(names, (deepest + 1).tolist(), labels, others)
-
-
-def _merge(events: pd.DataFrame, max_bars: int) -> tuple[pd.DataFrame, int]:
-    """Merge events per (lane, depth, time bucket) until at most `max_bars` remain."""
-    if len(events) <= max_bars:
-        return events.assign(merged=1), 0
-    groups = events.groupby(_merge_keys(events, max_bars), sort=False)
-    merged = groups.agg(
-        name=("name", "first"),
-        cat=("cat", "first"),
-        ts=("ts", "min"),
-        end=("end", "max"),
-        dur=("dur", "sum"),
-        merged=("name", "size"),
-        lane=("lane", "first"),
-        depth=("depth", "first"),
-        origin=("origin", "first"),
-    ).reset_index(drop=True)
-    return merged, int(len(events) - len(merged))
-
-
-def _merge_keys(events: pd.DataFrame, max_bars: int) -> np.ndarray:
-    """A key per (lane, depth, time bucket), with the finest power-of-two buckets that leave at most `max_bars` keys.
-
-    Halving power-of-two buckets is a right shift of the key, so one sort counts the keys at every
-    coarseness (a groupby per try cost a pass over millions of events each).
-    """
-    levels = max(0, int(max_bars).bit_length() - 1)  # 2**levels buckets at the finest, no more than max_bars
-    t0 = float(events["ts"].min())
-    span = float(events["end"].max() - t0) or 1.0
-    fraction = np.nan_to_num((events["ts"].to_numpy() - t0) / span)
-    bucket = np.clip((fraction * 2**levels).astype(np.int64), 0, 2**levels - 1)
-    row = events["lane"].to_numpy() * (MAX_DEPTH + 1) + events["depth"].to_numpy()
-    fine = (row << levels) + bucket
-    ordered = np.sort(fine)
-    for shift in range(levels + 1):
-        coarse = ordered >> shift
-        if 1 + np.count_nonzero(coarse[1:] != coarse[:-1]) <= max_bars:
-            break
-    return fine >> shift
-
-
 def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
     """CPU and GPU lanes, colour by category, the first forward (and its GPU work) in view at first.
 
@@ -195,22 +96,22 @@ def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
     (when the lanes and depths alone fit), HOVER_BUDGET bytes of hover text and MAX_HEIGHT pixels.
     """
     trace = analysis.trace
-    ev = _timed_events(trace, max_bars)
+    ev = timed_events(trace, max_bars)
     fig = go.Figure()
     if ev.empty:
         fig.update_layout(title="No timed events in this trace")
         return fig
     t0 = float(ev["ts"].min())
-    ev, lanes = _assign_lanes(trace, ev)
-    base_row, rows = _lane_rows(lanes.rows)
+    ev, lanes = assign_lanes(trace, ev)
+    base_row, rows = lane_rows(lanes.rows)
     # Draw the longest first: with a bar budget, long bars are what a reader needs to see.
     ev = ev.sort_values("dur", ascending=False)
-    drawn, merged = _merge(ev, max_bars)
+    drawn, merged = merge(ev, max_bars)
     drawn = drawn.assign(y=base_row[drawn["lane"].to_numpy()] + drawn["depth"].to_numpy())
     # Microsecond kernels in a seconds-long trace would be invisible: draw at least a sliver
     # (hover still gives the true duration).
     min_width = max(1e-3, float(ev["end"].max() - t0) / MIN_WIDTH_FRACTION)
-    # Only a trace small enough to be drawn whole kept every column (`_timed_events`) for the full hover.
+    # Only a trace small enough to be drawn whole kept every column (`timed_events`) for the full hover.
     _add_bars(fig, drawn, _hovers(drawn, lanes, detailed=len(ev) <= max_bars), t0, min_width)
     _mark_windows(fig, analysis, t0)
     fig.update_layout(
@@ -235,29 +136,6 @@ def _title(trace: Trace, events: int, bars: int, merged: int, lanes: Lanes) -> s
     if lanes.others is not None:
         title += f"; the {lanes.merged:,} quietest of {len(lanes.labels):,} lanes share the last lane"
     return title
-
-
-def _timed_events(trace: Trace, max_bars: int) -> pd.DataFrame:
-    """The duration events to draw, with their depth; indexed by their row in `trace.events`.
-
-    Past `max_bars` the bars are merged and their hover text needs only these columns, so a big
-    trace is not copied whole (every column of millions of events, then sorted) to draw 3,000 bars.
-    """
-    rows = trace.complete_rows
-    names, categories = trace.events["name"].to_numpy()[rows], trace.complete_column("cat")
-    # "Trace" is the profiler's own span over everything: it would only hide the rest.
-    rows = rows[(names != "") & (categories != "Trace")]
-    if len(rows) <= max_bars:
-        ev = trace.events.iloc[rows]
-    else:
-        ev = pd.DataFrame({c: trace.events[c].to_numpy()[rows] for c in TIMELINE_COLUMNS}, index=rows)
-    return ev.assign(depth=np.clip(structure(trace).depth[rows], 0, MAX_DEPTH))
-
-
-def _lane_rows(rows: list[int]) -> tuple[np.ndarray, int]:
-    """Each lane's first row, and the rows in all (a blank row after each lane)."""
-    ends = np.cumsum(np.asarray(rows, dtype=np.int64) + 1)
-    return np.concatenate([[0], ends[:-1]]).astype(np.int64), int(ends[-1]) if len(ends) else 0
 
 
 def _hovers(drawn: pd.DataFrame, lanes: Lanes, detailed: bool) -> pd.Series:

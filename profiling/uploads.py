@@ -6,8 +6,9 @@ The analysis runs in a process of its own (forked from the worker's forkserver),
 trace can make any stage slow and only a process can be stopped anywhere: at the time limit, or
 when the caller leaves, it is killed, and it gives all its memory back to the OS when it ends.
 It sends back only what the page shows: the summary, tables cut to `MAX_TABLE_ROWS` rows, and the
-charts as plotly JSON (the timeline is at most `charts.MAX_BARS` bars). The memory it may use is
-admitted first, in this process, against the one budget every analysis shares.
+charts as plotly JSON (the timeline is at most `charts.MAX_BARS` bars in `lanes.MAX_LANES` lanes and
+one "others" lane). The memory it may use is admitted first, in this process, against the one budget
+every analysis shares.
 
 With the worker off (`ATTENTION_PROFILER_WORKER=0`, the default on ZeroGPU) the analysis runs here,
 and the limit and `cancelled` are checked at each chunk read and each stage.

@@ -18,7 +18,8 @@ import pytest
 
 from profiling import intervals as iv
 from profiling.analysis import MAX_STEPS, analyze
-from profiling.charts import MAX_CATEGORIES, MAX_HEIGHT, MAX_LANES, timeline, window_chart
+from profiling.charts import MAX_CATEGORIES, MAX_HEIGHT, timeline, window_chart
+from profiling.lanes import MAX_LANES
 from profiling.step_breakdown import step_breakdown
 from profiling.structure import structure
 from profiling.trace import Trace, parse_trace
