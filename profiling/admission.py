@@ -154,9 +154,6 @@ class AnalysisGate:
         )
 
 
-MemoryGate = AnalysisGate  # its former name, which tests/test_limits.py still uses
-
-
 @functools.cache
 def analysis_gate() -> AnalysisGate:
     """The gate every `/analyze` request in this process passes: the machine budget that runs hold too."""

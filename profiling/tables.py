@@ -8,6 +8,7 @@ import pandas as pd
 from profiling.gpu_metrics import kernel_stats
 from profiling.kernels import decode
 from profiling.launches import first_launches, launch_owners
+from profiling.names import MAX_NAME_CHARS, cut_name
 from profiling.structure import propagate_up, structure
 from profiling.trace import LAUNCH_CATEGORIES, Trace
 from profiling.windows import WindowStats
@@ -235,7 +236,9 @@ def launching_ops(trace: Trace) -> pd.Series:
     return pd.Series(best.index.get_level_values("op"), index=best.index.get_level_values("name"))
 
 
-NAME_IN_TABLE = 4096  # characters of a trace's string shown in a table cell: real CUTLASS names pass 1 kB
+# Characters of a trace's string shown in a table cell: the one bound on names (`names.MAX_NAME_CHARS`),
+# applied here to the other strings too (categories, lanes, shapes).
+NAME_IN_TABLE = MAX_NAME_CHARS
 
 
 def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
@@ -250,6 +253,4 @@ def rounded(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
 
 
 def _cut(value: object) -> object:
-    if isinstance(value, str) and len(value) > NAME_IN_TABLE:
-        return value[: NAME_IN_TABLE - 1] + "…"
-    return value
+    return cut_name(value) if isinstance(value, str) else value

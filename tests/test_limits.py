@@ -14,7 +14,7 @@ from gradio_client.exceptions import AppError
 import endpoints
 import profiling.run_time
 import profiling.uploads
-from profiling.admission import MemoryGate
+from profiling.admission import AnalysisGate
 from profiling.worker import default_worker
 from tests.conftest import DATA, ROOT
 
@@ -113,7 +113,7 @@ def test_analyze_has_a_time_limit(client, monkeypatch):
 
 
 def test_analyze_refuses_what_its_memory_budget_cannot_hold(client, monkeypatch):
-    monkeypatch.setattr(profiling.uploads, "analysis_gate", lambda: MemoryGate(32 * 1024**2))
+    monkeypatch.setattr(profiling.uploads, "analysis_gate", lambda: AnalysisGate(32 * 1024**2))
     refused = r"^trace: analysing .* of JSON in [\d,]+ objects needs about .* this server allows 32 MiB"
     with pytest.raises(AppError, match=refused):
         client.predict(handle_file(str(DATA / "sampled_training_rank0.json.gz")), api_name="/analyze")
@@ -124,7 +124,7 @@ def test_a_second_analysis_waits_for_the_first_ones_memory(client, monkeypatch):
     from profiling.admission import analysis_cost
 
     need = analysis_cost(DATA / "sampled_training_rank0.json.gz").peak_bytes
-    gate = MemoryGate(int(need * 1.5))
+    gate = AnalysisGate(int(need * 1.5))
     monkeypatch.setattr(profiling.uploads, "analysis_gate", lambda: gate)
     held = gate.admit(need, what="a trace already being analysed")
     held.__enter__()
