@@ -79,6 +79,7 @@ def analyze(trace: Trace, run: Measurement | None = None, progress: Progress | N
     report(0.7, "finding insights")
     insights = find_insights(trace, scope, kernels, run.spec if run else None, summary if run else None, backward)
     summary["insights"] = [i.text for i in insights]
+    summary["findings"] = [i.record() for i in insights]
     report(0.8, "per-step and per-annotation tables")
     step_windows = steps.head(MAX_STEPS)
     return Analysis(

@@ -45,6 +45,7 @@ class RunSummary(TypedDict):
     max_abs_error: float
     insights: list[str]
     compile: bool
+    findings: list[dict[str, Any]]  # the insights as records: rule, title, detail, evidence, gpu_time_percent
     forwards: int
     forward_unprofiled_ms: float
     flops_per_forward: int
@@ -100,6 +101,7 @@ class TraceSummary(TypedDict):
     devices: list[str]
     insights: list[str]
     source: str
+    findings: list[dict[str, Any]]  # the insights as records: rule, title, detail, evidence, gpu_time_percent
     gpu_activity_events: int
     skipped_events: int
     profiler_steps: int  # steps in the steps table: the ProfilerSteps, or the plugin's step "0" without them
@@ -167,6 +169,7 @@ def run_summary(
         **_first_call_keys(run),
         **_backward_keys(run, forwards, backward),
         insights=[],
+        findings=[],
         backend_used=backend_used(forwards) if spec.variant == "sdpa" else None,
         backend_reasons=dict(run.backend_reasons),
     )
@@ -272,6 +275,7 @@ def trace_summary(
         kernel_time_us=float(kernels["dur"].sum()),
         devices=trace.devices,
         insights=[],  # filled in by the insight rules
+        findings=[],
         source=trace.source,
         gpu_activity_events=len(trace.gpu_activity),
         skipped_events=int(trace.skipped),

@@ -36,9 +36,9 @@ def test_bf16_math_shows_the_upcast(cpu_runs):
 
 
 def test_fused_names_the_kernel(cpu_runs):
-    fused = rules(cpu_runs["flash"])["fused"]
+    fused = rules(cpu_runs["flash"])["fused_attention"]
     assert "_scaled_dot_product_flash_attention_for_cpu" in fused.text
-    assert "fused" not in rules(cpu_runs["naive"])
+    assert "fused_attention" not in rules(cpu_runs["naive"])
 
 
 def test_gpu_memcpy_dtod_is_a_hidden_copy():

@@ -8,7 +8,9 @@ import pytest
 
 from attention import AttentionSpec
 from profiling.analysis import analyze
-from profiling.insights import LOW_OCCUPANCY_PERCENT, Evidence, fp32_upcast
+from profiling.insights import Evidence
+from profiling.insights.occupancy import LOW_OCCUPANCY_PERCENT
+from profiling.insights.precision import fp32_upcast
 from profiling.tables import kernel_table
 from profiling.trace import parse_trace
 from profiling.windows import window_stats
