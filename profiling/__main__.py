@@ -22,9 +22,9 @@ from profiling.trace import TraceError
 
 SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
 PRACTICE_FIELDS = ("mode", "kv_heads", "q_len", "mask", "window", "valid_len")
-KERNEL_ROWS = 20  # kernels printed by `analyze`
+KERNEL_ROWS = 20  # kernels printed by `analyze` unless --top says otherwise
 KERNEL_NAME_WIDTH = 70
-QUIET_KEYS = ("insights", "per_forward_ops", "per_forward_kernels", "per_backward_kernels", "gpus")
+QUIET_KEYS = ("insights", "findings", "per_forward_ops", "per_forward_kernels", "per_backward_kernels", "gpus")
 # Whole terminal sequences, 7- and 8-bit: CSI (`ESC [`, 0x9b) up to its final byte; OSC, DCS, SOS,
 # PM and APC strings up to their terminator (BEL or ST), or to the end when it never comes, as a
 # terminal would swallow them; any other `ESC` with its intermediates and final byte. Possessive
@@ -86,8 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seq-lens", default="128,256,512,1024", help="comma list of seq_len values")
     analyze = sub.add_parser("analyze", help="analyze a Chrome trace (.json or .json.gz)")
     analyze.add_argument("trace")
-    analyze.add_argument("--json", action="store_true")
+    analyze.add_argument("--json", action="store_true", help="one JSON object: the summary, `kernels` and `ops`")
+    analyze.add_argument("--top", type=_top, default=KERNEL_ROWS, help="kernels printed, most time first")
     return parser
+
+
+def _top(text: str) -> int:
+    """`--top`: a whole number from 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"top: give a whole number of kernels from 0, got {text!r:.40}")
+    return value
 
 
 def spec_from_args(args: argparse.Namespace, **extra: Any) -> AttentionSpec:
@@ -140,12 +152,16 @@ def _print(summary: Any, as_json: bool) -> None:
         print(json.dumps(summary, indent=2, default=lambda v: plain(str(v))))
         return
     for row in summary if isinstance(summary, list) else [summary]:
-        for key, value in row.items():
-            if key not in QUIET_KEYS:
-                print(plain(f"{key:>26}: {value}"))  # again: str() of an object the walk above left alone
+        _print_keys(row)
         for text in row.get("insights", []):
             print(f"  - {text}")
         print()
+
+
+def _print_keys(row: dict[str, Any]) -> None:
+    for key, value in row.items():
+        if key not in QUIET_KEYS:
+            print(plain(f"{key:>26}: {value}"))  # again: str() of an object the walk above left alone
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -185,15 +201,33 @@ def _sweep(args: argparse.Namespace) -> None:
 
 def _analyze(args: argparse.Namespace) -> None:
     from profiling.analysis import analyze_file
+    from profiling.records import kernel_records, op_records
 
     if Path(args.trace).is_dir():
         raise UsageError(f"trace: {args.trace} is a directory; give a .json or .json.gz file")
     with TerminalProgress() as progress:
         analysis = analyze_file(args.trace, progress=progress)
-    _print(dict(analysis.summary), args.json)
-    if not args.json and len(analysis.kernel_table):
-        columns = ["name", "count", "total (us)", "meaning"]
-        print(_plain_table(analysis.kernel_table[columns].head(KERNEL_ROWS), max_colwidth=KERNEL_NAME_WIDTH))
+    summary = dict(analysis.summary)
+    if args.json:
+        tables = {"kernels": kernel_records(analysis.kernel_table), "ops": op_records(analysis.op_table)}
+        _print({**summary, **tables}, True)
+        return
+    _print_keys(_plain(summary))
+    if len(analysis.kernel_table) and args.top:
+        columns = ["name", "count", "total (us)", "family", "meaning"]
+        table = analysis.kernel_table.reindex(columns=columns).head(args.top)
+        print(_plain_table(table, max_colwidth=KERNEL_NAME_WIDTH))
+        print()
+    _print_findings(_plain(summary.get("findings", [])))
+
+
+def _print_findings(findings: list[dict[str, Any]]) -> None:
+    """Every finding, most GPU time first (the summary's order), with its share where it has one."""
+    print(f"findings ({len(findings)}):" if findings else "findings: none")
+    for finding in findings:
+        share = finding.get("gpu_time_percent")
+        where = f" [{share:.1f}% of GPU time]" if isinstance(share, (int, float)) else ""
+        print(f"  - {finding['title']}{where}: {finding['detail']}")
 
 
 COMMANDS = {"run": _run, "compare": _compare, "sweep": _sweep, "analyze": _analyze}

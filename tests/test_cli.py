@@ -1,9 +1,13 @@
 """The CLI, run as a user would run it, in a subprocess."""
 
+import gzip
 import json
 import subprocess
 import sys
 
+import pytest
+
+from profiling.records import KERNEL_FIELDS, OP_FIELDS
 from tests.conftest import DATA, ROOT
 
 
@@ -52,6 +56,49 @@ def test_analyze_a_gpu_trace():
     out = cli("analyze", str(DATA / "a100_simple_add.json.gz"), "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["kernel_events"] == 79
+
+
+def test_analyze_json_carries_kernels_and_ops_checked_by_a_plain_loop():
+    trace = DATA / "a100_simple_add.json.gz"
+    out = cli("analyze", str(trace), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
+    json.dumps(report, allow_nan=False)
+    expected: dict[str, list[float]] = {}  # the plain loop: every complete GPU event, by name (its first 4,000 chars:
+    # the reader cuts names at MAX_NAME_CHARS, and one of this trace's names is longer)
+    with gzip.open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat", "").lower() in ("kernel", "gpu_memcpy", "gpu_memset"):
+            expected.setdefault(e["name"][:4000], []).append(e["dur"])
+    kernels = {k["name"][:4000]: k for k in report["kernels"]}
+    assert kernels.keys() == expected.keys()
+    for name, durs in expected.items():
+        assert kernels[name]["count"] == len(durs)
+        assert kernels[name]["total_us"] == pytest.approx(sum(durs))
+        assert kernels[name]["max_us"] == max(durs) and kernels[name]["min_us"] == min(durs)
+    assert set(report["kernels"][0]) == set(KERNEL_FIELDS) and set(report["ops"][0]) == set(OP_FIELDS)
+    assert [k["total_us"] for k in report["kernels"]] == sorted(
+        (k["total_us"] for k in report["kernels"]), reverse=True
+    )
+    assert {o["kind"] for o in report["ops"]} <= {"op", "annotation"} and report["findings"] is not None
+
+
+def test_analyze_prints_the_top_kernels_then_every_finding():
+    trace = str(DATA / "gpu" / "h100_bert-small_sdpa-flash.json.gz")
+    findings = json.loads(cli("analyze", trace, "--json").stdout)["findings"]
+    out = cli("analyze", trace, "--top", "3")
+    assert out.returncode == 0, out.stderr
+    table, listed = out.stdout.split("findings")
+    assert [line.split()[0] for line in table.strip().splitlines()[-3:]] == ["0", "1", "2"]
+    assert listed.startswith(f" ({len(findings)}):") and len(findings) > 0
+    for finding in findings:
+        assert f"  - {finding['title']}" in listed
+
+
+def test_analyze_top_must_be_a_whole_number():
+    out = cli("analyze", str(DATA / "a100_simple_add.json.gz"), "--top", "-1")
+    assert out.returncode == 2 and "top: give a whole number" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_analyze_a_bad_file(tmp_path):
