@@ -19,7 +19,17 @@ from profiling.insights.copies import copied_bytes_per_window
 from profiling.trace import Trace
 from profiling.windows import WindowStats
 
-__all__ = ["ORDER", "RULES", "Evidence", "Finding", "Insight", "Rule", "copied_bytes_per_window", "find_insights"]
+__all__ = [
+    "ORDER",
+    "RULES",
+    "Evidence",
+    "Finding",
+    "Insight",
+    "Rule",
+    "copied_bytes_per_window",
+    "find_insights",
+    "ranked",
+]
 
 # The order rules run and speak in where GPU time does not rank them (CPU runs, and findings about
 # no GPU events). Stable names: the summaries' `findings[].rule` and docs/rules.md use them.
@@ -60,11 +70,18 @@ def find_insights(
     events in rule order; a finding under MIN_GPU_TIME_PERCENT of GPU time is dropped. `spec` and
     `numbers` are our run's, if it is one."""
     evidence = Evidence(trace, scope, kernels, spec, numbers or {}, backward)
-    found = [
-        Insight(rule.name, finding.title, finding.detail, finding.evidence, finding.gpu_time_percent)
-        for rule in RULES
-        if (finding := rule.check(evidence)) is not None
-    ]
+    return ranked(
+        [
+            Insight(rule.name, finding.title, finding.detail, finding.evidence, finding.gpu_time_percent)
+            for rule in RULES
+            if (finding := rule.check(evidence)) is not None
+        ]
+    )
+
+
+def ranked(found: list[Insight]) -> list[Insight]:
+    """`found` (in rule order) by GPU time, most first, those about no GPU events last in rule order;
+    without those about under MIN_GPU_TIME_PERCENT of it."""
     kept = [i for i in found if i.gpu_time_percent is None or i.gpu_time_percent >= MIN_GPU_TIME_PERCENT]
     # sorted() is stable: equal shares, and every None, keep rule order.
     return sorted(kept, key=lambda i: (i.gpu_time_percent is None, -(i.gpu_time_percent or 0.0)))
