@@ -11,105 +11,39 @@ Source (pytorch/kineto, `tb_plugin/torch_tb_profiler/profiler/`, before the plug
 - `kernel_parser.py`, `KernelParser.parse_events`: per kernel name, max and min duration, and
   blocks per SM and occupancy averaged over calls weighted by duration, a missing value
   counting as 0; the tensor-core share is tensor-core kernel time over all kernel time.
-Tensor-core kernels are named by our decoder (`profiling.kernels.decode`) rather than the
-plugin's allow-list, which stopped at 2021's kernel names.
+Tensor-core kernels are named by our decoder (`profiling.kernels.decode`, its `engine`) rather than
+the plugin's allow-list, which stopped at 2021's kernel names; the kernel time of the engines it cannot
+tell is `tensor_core_unknown_percent`, so unknown never reads as "no".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from profiling import intervals as iv
-from profiling.kernels import decode
-from profiling.occupancy import LARGEST_LIMIT, whole_number
+from profiling.devices import describe, device_ids, device_index, device_mapping
+from profiling.kernels import UNKNOWN, decode
 from profiling.step_breakdown import steps_span
 from profiling.trace import Trace
 
-METRICS = ("gpu_utilization_percent", "sm_efficiency_percent", "achieved_occupancy_percent", "tensor_core_time_percent")
-DEVICE_FIELDS = ("gpu_name", "gpu_memory_bytes", "compute_capability", "sm_count")
+METRICS = (
+    "gpu_utilization_percent",
+    "sm_efficiency_percent",
+    "achieved_occupancy_percent",
+    "tensor_core_time_percent",
+    "tensor_core_unknown_percent",  # kernel time whose engine the decoder cannot tell: never read as "no"
+)
+# What `devices.describe` gives of a GPU; `gpu_arch` is "sm_90" on NVIDIA, "gfx942" on AMD (no compute capability).
+DEVICE_FIELDS = ("gpu_name", "gpu_memory_bytes", "compute_capability", "sm_count", "gpu_arch")
 # The most blocks one grid can hold (2^31 - 1 x 65,535 x 65,535): blocks per SM cannot pass it.
 MAX_GRID_BLOCKS = (2**31 - 1) * 65535 * 65535
 BLOCKS_PER_SM_CAP = 2.0**20
 MAX_LISTED_GPUS = 64  # per-GPU entries in `gpus`; `gpu_count` counts them all
 KERNEL_STAT_COLUMNS = ["max (us)", "min (us)", "blocks per SM", "achieved occupancy (%)", "tensor cores"]
-
-
-def device_ids(kernels: pd.DataFrame) -> np.ndarray:
-    """Each kernel's device: `args.device` (as the plugin reads it), else a numeric pid; NaN where neither
-    is a device index (a whole number from 0 to 2^31 - 1)."""
-    device = _as_device_number(kernels["device"].to_numpy(dtype=np.float64))
-    pid = _as_device_number(pd.to_numeric(kernels["pid"], errors="coerce").to_numpy(dtype=np.float64))
-    return np.where(np.isnan(device), pid, device)
-
-
-def _as_device_number(values: np.ndarray) -> np.ndarray:
-    whole = (values >= 0) & (values <= LARGEST_LIMIT) & (np.floor(values) == values)  # NaN compares False
-    return np.where(whole, values, np.nan)
-
-
-@dataclass(frozen=True)
-class DeviceIndex:
-    """`deviceProperties` indexed once: an entry per id, or by position where no entry has an id.
-
-    Built in one pass (a trace may list 200,000 entries; looking each device up by a scan was
-    quadratic). For an id listed twice, the first entry wins, as a scan from the top found it.
-    """
-
-    entries: list[dict[str, Any]]
-    by_id: dict[float, dict[str, Any]] | None  # None: no entry has an id, look up by position
-
-    @classmethod
-    def of(cls, entries: list[dict[str, Any]]) -> DeviceIndex:
-        with_ids = [p for p in entries if "id" in p]
-        if not with_ids:
-            return cls(entries, None)
-        by_id: dict[float, dict[str, Any]] = {}
-        for p in with_ids:  # ids that are not numbers (2021's computeProperties is unchecked) match no device
-            if type(p["id"]) in (int, float):
-                by_id.setdefault(p["id"], p)
-        return cls(entries, by_id)
-
-    def entry(self, device: float | None) -> dict[str, Any]:
-        """The entry for `device` ({} where none); the first entry for no device."""
-        if device is None:
-            return self.entries[0] if self.entries else {}
-        if self.by_id is not None:
-            return self.by_id.get(float(device), {})
-        return self.entries[int(device)] if 0 <= device < len(self.entries) else {}
-
-
-def device_index(trace: Trace) -> DeviceIndex:
-    """The trace's `deviceProperties`, indexed; 2021 traces wrote `computeProperties` (the plugin's
-    tests/gpu_metrics_input.json)."""
-    props = trace.device_properties
-    if not props:
-        listed = trace.metadata.get("computeProperties")
-        props = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
-    return DeviceIndex.of(props)
-
-
-def _described(index: DeviceIndex, device: float | None) -> dict[str, Any]:
-    """Name, memory, compute capability and SM count from `deviceProperties` (None when absent or unusable)."""
-    p = index.entry(device)
-    major = _int_or_none(p.get("computeMajor", p.get("major")))
-    minor = _int_or_none(p.get("computeMinor", p.get("minor")))
-    return {
-        "gpu_name": p.get("name") if isinstance(p.get("name"), str) else None,
-        "gpu_memory_bytes": _int_or_none(p.get("totalGlobalMem")),
-        "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
-        "sm_count": _int_or_none(p.get("numSms", p.get("multiProcessorCount"))),
-    }
-
-
-def _int_or_none(value: object) -> int | None:
-    """A whole number from 0 to 2^63 (a JSON number, not a bool), as every count and size of a device is;
-    None for anything else, NaN and infinity included."""
-    return int(value) if whole_number(value, 2**63, smallest=0) else None  # type: ignore[call-overload]
 
 
 def valid_occupancy(values: np.ndarray) -> np.ndarray:
@@ -169,26 +103,55 @@ def tensor_core_use(names: Iterable[str]) -> dict[str, bool | None]:
     return {name: decode(name).tensor_cores for name in dict.fromkeys(names)}
 
 
+def kernel_engines(names: Iterable[str]) -> dict[str, str]:
+    """What each distinct name runs on (tensor, simt, copy, unknown), by our decoder, each decoded once."""
+    return {name: decode(name).engine for name in dict.fromkeys(names)}
+
+
 def _tensor_core_share(kernels: pd.DataFrame, uses: Mapping[str, bool | None]) -> float | None:
+    """Tensor-core kernel time over all kernel time, in % (the plugin's definition; `uses` from `tensor_core_use`)."""
+    return _share(kernels, lambda name: uses[name] is True)
+
+
+def _unknown_engine_share(kernels: pd.DataFrame, engines: Mapping[str, str] | None) -> float | None:
+    """Kernel time whose engine the decoder cannot tell over all kernel time, in %."""
+    engines = kernel_engines(kernels["name"]) if engines is None else engines
+    return _share(kernels, lambda name: engines[name] == UNKNOWN)
+
+
+def _share(kernels: pd.DataFrame, counted: Callable[[str], bool]) -> float | None:
     per_name = kernels.groupby("name", sort=False)["dur"].sum()
     total = float(per_name.sum())
     if total <= 0:
         return None
-    on_tensor_cores = np.array([uses[name] is True for name in per_name.index], dtype=bool)
-    return 100.0 * float(per_name[on_tensor_cores].sum()) / total
+    chosen = np.array([counted(name) for name in per_name.index], dtype=bool)
+    return 100.0 * float(per_name[chosen].sum()) / total
+
+
+def _engine_shares(
+    kernels: pd.DataFrame, uses: Mapping[str, bool | None], engines: Mapping[str, str] | None
+) -> dict[str, float | None]:
+    return {
+        "tensor_core_time_percent": _tensor_core_share(kernels, uses),
+        "tensor_core_unknown_percent": _unknown_engine_share(kernels, engines),
+    }
 
 
 def _device_metrics(
-    kernels: pd.DataFrame, span: tuple[float, float] | None, uses: Mapping[str, bool | None]
+    kernels: pd.DataFrame,
+    span: tuple[float, float] | None,
+    uses: Mapping[str, bool | None],
+    engines: Mapping[str, str] | None = None,
 ) -> dict[str, float | None]:
+    """`engines` (`kernel_engines` of the names) where the caller has it; decoded here otherwise."""
     if span is None or span[1] <= span[0] or kernels.empty:
-        return {**dict.fromkeys(METRICS), "tensor_core_time_percent": _tensor_core_share(kernels, uses)}
+        return {**dict.fromkeys(METRICS), **_engine_shares(kernels, uses, engines)}
     lo, hi = span
     return {
         "gpu_utilization_percent": _utilization(kernels, lo, hi),
         "sm_efficiency_percent": _sm_efficiency(kernels, lo, hi),
         "achieved_occupancy_percent": _occupancy(kernels, lo, hi),
-        "tensor_core_time_percent": _tensor_core_share(kernels, uses),
+        **_engine_shares(kernels, uses, engines),
     }
 
 
@@ -197,23 +160,31 @@ def gpu_metrics(trace: Trace) -> dict[str, Any]:
 
     Every key is None where its evidence is missing (no kernels, no steps span, no
     `deviceProperties`, no blocks-per-SM or occupancy args). `gpu_count` GPUs ran kernels; `gpus`
-    lists the MAX_LISTED_GPUS with the most kernel time (a node has 8; a trace can name millions).
+    lists the MAX_LISTED_GPUS with the most kernel time (a node has 8; a trace can name millions). Each
+    entry is described by the `deviceProperties` entry `profiling.devices` maps its kernels' device to, and
+    records that mapping in `device_mapping` (kernel_device, properties_id, rule).
     """
     kernels = trace.kernels
     span = steps_span(trace)
-    index = device_index(trace)
     devices = device_ids(kernels)
+    mapping = device_mapping(device_index(trace), devices)
     known = np.flatnonzero(~np.isnan(devices))
     ids, of_kernel = np.unique(devices[known], return_inverse=True)
     listed = _most_kernel_time(ids, of_kernel, kernels["dur"].to_numpy()[known])
     rows_of = np.split(known[np.argsort(of_kernel, kind="stable")], np.cumsum(np.bincount(of_kernel))[:-1])
     mine = [kernels.iloc[rows_of[i]] for i in listed]
     uses = tensor_core_use(name for frame in mine for name in frame["name"].unique())
+    engines = kernel_engines(uses)
     gpus = [
-        {"device": int(ids[i]), **_described(index, ids[i]), **_device_metrics(frame, span, uses)}
+        {
+            "device": int(ids[i]),
+            "device_mapping": mapping.record(ids[i]),
+            **describe(mapping.entry(ids[i])),
+            **_device_metrics(frame, span, uses, engines),
+        }
         for i, frame in zip(listed, mine, strict=True)
     ]
-    top: dict[str, Any] = {**_described(index, gpus[0]["device"] if gpus else None)}
+    top: dict[str, Any] = {**describe(mapping.entry(gpus[0]["device"] if gpus else None))}
     for key in METRICS:
         values = [g[key] for g in gpus if g[key] is not None]
         top[key] = float(np.mean(values)) if values else None

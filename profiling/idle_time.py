@@ -48,7 +48,7 @@ def merged_idle_us(trace: Trace) -> float | None:
     return float(span[1] - span[0]) - iv.total(busy)
 
 
-def _stream_keys(gpu: pd.DataFrame) -> pd.Series:
+def stream_keys(gpu: pd.DataFrame) -> pd.Series:
     """`7` for stream 7; `1:7` for stream 7 of device 1 when several devices ran work."""
     stream = gpu["stream"].astype(np.int64).astype(str)
     if gpu["device"].nunique(dropna=True) > 1:
@@ -64,7 +64,7 @@ def idle_breakdown_us(trace: Trace, consecutive_kernel_delay_us: float = CONSECU
         return {}
     frame = pd.DataFrame(
         {
-            "key": _stream_keys(gpu).to_numpy(),
+            "key": stream_keys(gpu).to_numpy(),
             "ts": gpu["ts"].to_numpy(),
             "end": gpu["end"].to_numpy(),
             "launch": launch_spans(trace, gpu["correlation"].to_numpy())[0],

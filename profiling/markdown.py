@@ -36,25 +36,40 @@ GPU_CARD_FIELDS = (
     ("Est. SM efficiency", "sm_efficiency_percent", "%"),
     ("Est. achieved occupancy", "achieved_occupancy_percent", "%"),
     ("Tensor-core time", "tensor_core_time_percent", "%"),
+    # Kernels the decoder cannot place on tensor or other cores: shown beside the share, so that
+    # time in unknown kernels never reads as "no tensor cores".
+    ("Tensor-core use unknown", "tensor_core_unknown_percent", "%"),
     ("Average step", "average_step_time_us", " µs"),
     ("GPU idle (merged)", "idle_time_us", " µs"),
 )
+NO_EVIDENCE = "n/a (no evidence)"
+# Kineto fills blocks per SM and est. achieved occupancy from CUPTI's kernel records only.
+NOT_ON_ROCM = {
+    "sm_efficiency_percent": "n/a (ROCm traces carry no blocks per SM)",
+    "achieved_occupancy_percent": "n/a (ROCm traces carry no occupancy estimate)",
+}
 
 
 def gpu_card(summary: dict[str, Any]) -> str:
     """The Overview's GPU card: the device, then each metric the trace has evidence for."""
     name = summary.get("gpu_name")
     lines = [f"### {escape(name) if name else 'GPU: not described in this trace'}"]
-    memory, capability = summary.get("gpu_memory_bytes"), summary.get("compute_capability")
+    memory, capability, arch = (
+        summary.get("gpu_memory_bytes"),
+        summary.get("compute_capability"),
+        summary.get("gpu_arch"),
+    )
+    amd = isinstance(arch, str) and arch.startswith("gfx")
     facts = [f"{memory / 1024**3:.1f} GiB"] if isinstance(memory, (int, float)) else []
+    facts += [f"{summary['sm_count']:,} {'CUs' if amd else 'SMs'}"] if isinstance(summary.get("sm_count"), int) else []
     facts += [f"compute capability {escape(capability)}"] if capability else []
+    facts += [escape(arch)] if isinstance(arch, str) and arch else []
     if facts:
         lines.append(" · ".join(facts))
     for label, key, unit in GPU_CARD_FIELDS:
         value = summary.get(key)
-        lines.append(
-            f"- **{label}**: " + (f"{value:,.2f}{unit}" if isinstance(value, (int, float)) else "n/a (no evidence)")
-        )
+        missing = NOT_ON_ROCM.get(key, NO_EVIDENCE) if amd else NO_EVIDENCE
+        lines.append(f"- **{label}**: " + (f"{value:,.2f}{unit}" if isinstance(value, (int, float)) else missing))
     return "\n".join(lines)
 
 

@@ -294,3 +294,25 @@ def step_breakdown(trace: Trace) -> StepBreakdown:
     per_step["other (us)"] = np.clip((end - start) - sum(costs.values()), 0.0, None)
     breakdown = {role: float(per_step[f"{role} (us)"].mean()) for role in [*shown, "other"]}
     return StepBreakdown(float(per_step["step time (us)"].mean()), breakdown, per_step)
+
+
+def step_names(trace: Trace, ts: np.ndarray, device_side: bool = False) -> list[str | None]:
+    """The step each time falls in, or None outside every step: a ProfilerStep's name, or the plugin's "0"
+    where the trace has none (`step_breakdown.profiler_steps`). Host times are placed by the steps' host
+    spans; GPU times (`device_side`) by the plugin's steps, which reach the end of the work they launched."""
+    steps = adjusted_steps(trace)  # cached on the trace
+    if steps.empty:
+        return [None] * len(ts)
+    if device_side:
+        start, end, names = steps["start"].to_numpy(), steps["end"].to_numpy(), steps["step"].to_numpy()
+    else:
+        steps = profiler_steps(trace)
+        start, end, names = steps["ts"].to_numpy(), steps["end"].to_numpy(), steps["name"].to_numpy()
+    k = np.searchsorted(start, ts, side="right") - 1
+    inside = (k >= 0) & (ts <= end[np.clip(k, 0, None)]) if len(start) else np.zeros(len(ts), dtype=bool)
+    return [str(names[i]) if ok else None for i, ok in zip(k.tolist(), inside.tolist(), strict=True)]
+
+
+def step_at(trace: Trace, ts: float, device_side: bool = False) -> str | None:
+    """`step_names` of one time: where a finding's worst instance sits, to find it in Perfetto."""
+    return step_names(trace, np.array([ts], dtype=np.float64), device_side)[0]

@@ -11,10 +11,13 @@ from typing import Any, TypedDict
 import pandas as pd
 
 from attention import AttentionSpec
+from profiling.attention_found import attention_keys
 from profiling.backend_used import backend_used
+from profiling.communication import communication_summary
 from profiling.gpu_metrics import gpu_metrics
 from profiling.idle_time import idle_time
 from profiling.insights import copied_bytes_per_window
+from profiling.kernels import decoded_kernel_time_percent
 from profiling.roofline import memory_roofline, roofline
 from profiling.runner import Measurement
 from profiling.step_breakdown import StepBreakdown, steps_source
@@ -82,6 +85,11 @@ class RunSummary(TypedDict):
     backward_flops: int | None
     backward_tflops: float | None
     max_abs_grad_error: float | None
+    decoded_kernel_time_percent: float | None  # null on CPU runs (no kernels)
+    # Attention found in the trace's kernels (profiling/attention_found.py); null on CPU runs.
+    attention_time_us: float | None
+    attention_time_percent: float | None
+    attention_kind: str | None  # fused, unfused, mixed or none
     # The memory roofline.
     bytes_moved: int
     achieved_gbps: float
@@ -115,9 +123,20 @@ class TraceSummary(TypedDict):
     sm_efficiency_percent: float | None
     achieved_occupancy_percent: float | None
     tensor_core_time_percent: float | None
+    tensor_core_unknown_percent: float | None  # kernel time on an engine the decoder cannot tell: never read as "no"
+    decoded_kernel_time_percent: float | None  # kernel time whose family the decoder knows (profiling/kernels.py)
+    # Attention found in the trace's kernels (profiling/attention_found.py); null without kernels.
+    attention_time_us: float | None
+    attention_time_percent: float | None
+    attention_kind: str | None  # fused, unfused, mixed or none
+    # Collectives (profiling/communication.py): their share of kernel time and of the steps, and HTA's overlap.
+    communication_time_percent: float | None
+    communication_step_percent: float | None
+    communication_overlap_percent: float | None
     gpu_name: str | None
     gpu_memory_bytes: int | None
-    compute_capability: str | None
+    compute_capability: str | None  # null on AMD: Kineto writes HIP's major.minor there (9.4 is no Hopper)
+    gpu_arch: str | None  # sm_90, gfx942, ...
     sm_count: int | None
     gpu_count: int  # GPUs that ran kernels; `gpus` lists at most gpu_metrics.MAX_LISTED_GPUS of them
     gpus: list[dict[str, Any]]
@@ -168,6 +187,8 @@ def run_summary(
         **_forward_keys(run, trace, forwards, op_table),
         **_first_call_keys(run),
         **_backward_keys(run, forwards, backward),
+        **attention_keys(trace),
+        decoded_kernel_time_percent=decoded_kernel_time_percent(trace.kernels),
         insights=[],
         findings=[],
         backend_used=backend_used(forwards) if spec.variant == "sdpa" else None,
@@ -286,6 +307,9 @@ def trace_summary(
         kernels_per_forward=forwards.kernels_per_window if forwards else None,
         ops_per_forward=forwards.ops_per_window if forwards else None,
         **gpu_metrics(trace),
+        decoded_kernel_time_percent=decoded_kernel_time_percent(kernels),
+        **attention_keys(trace),
+        **communication_summary(trace),
         average_step_time_us=breakdown.average_step_time_us,
         step_breakdown_us=breakdown.breakdown_us or None,
         **idle_time(trace),

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from profiling.gpu_metrics import kernel_stats
-from profiling.kernels import decode
+from profiling.kernels import decode, short_name
 from profiling.launches import first_launches, launch_owners
 from profiling.names import MAX_NAME_CHARS, cut_name
 from profiling.structure import propagate_up, structure
@@ -45,6 +45,9 @@ KERNEL_COLUMNS = [
     "launched by",
     "meaning",
     "name",
+    "family",  # the decoder's (profiling/kernels.py): "communication" for collectives, "other" where unknown
+    "engine",  # tensor, simt, copy or unknown: what "tensor cores" says yes, no or unknown to
+    "precision",  # fp32, tf32, bf16, ... as the name says; None where it does not
 ]
 SHORT_NAME = 60
 
@@ -165,10 +168,12 @@ def _shape(value: object) -> str:
 
 
 def short_kernel_name(name: str) -> str:
-    """`void at::native::elementwise_kernel<128, 2, …>(int, …)` -> `at::native::elementwise_kernel`."""
-    bare = name.removeprefix("void ")
-    cut = min((i for i in (bare.find("<"), bare.find("(")) if i > 0), default=len(bare))
-    bare = bare[:cut].strip() or name
+    """`void at::native::elementwise_kernel<128, 2, …>(int, …)` -> `elementwise_kernel` (`kernels.short_name`),
+    cut to SHORT_NAME characters."""
+    return _cut_short(short_name(name))
+
+
+def _cut_short(bare: str) -> str:
     return bare if len(bare) <= SHORT_NAME else bare[: SHORT_NAME - 1] + "…"
 
 
@@ -188,7 +193,7 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
     stats = kernel_stats(trace, {n: d.tensor_cores for n, d in zip(names, decoded, strict=True)}).reindex(names)
     table = pd.DataFrame(
         {
-            "kernel": [short_kernel_name(n) for n in names],
+            "kernel": [_cut_short(d.short_name) for d in decoded],
             "kind": first["cat"].to_numpy(),
             "count": grouped.size().to_numpy(),
             "per forward": 0.0,
@@ -206,6 +211,9 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
             "launched by": launching_ops(trace).reindex(names).fillna("").to_numpy(),
             "meaning": [d.summary for d in decoded],
             "name": names,
+            "family": [d.family for d in decoded],
+            "engine": [d.engine for d in decoded],
+            "precision": [d.precision for d in decoded],
         },
         columns=KERNEL_COLUMNS,
     )

@@ -111,6 +111,8 @@ class Derived:
     launch_work: tuple[np.ndarray, dict[str, np.ndarray]] | None = None  # launches' rows, the work each caused
     launch_owners: np.ndarray | None = None  # per event, the row of the op that made it (launches only)
     plugin_steps: pd.DataFrame | None = None
+    attention: Any = None  # attention_found.AttentionFound: the fused kernels and unfused matches
+    copy_table: pd.DataFrame | None = None  # copy_causes.copy_table: every copy with its cause
     factorized: dict[str, tuple[np.ndarray, pd.Index]] = field(default_factory=dict)  # column -> codes, values
 
 
@@ -193,12 +195,13 @@ class Trace:
 
     @property
     def devices(self) -> list[str]:
-        """Names of the devices that ran something; else those the trace describes; else `cpu`."""
-        names = {int(p.get("id", i)): str(p.get("name", f"device {i}")) for i, p in enumerate(self.device_properties)}
-        ids = sorted(int(d) for d in self.gpu_activity["device"].dropna().unique())
-        found = [names.get(i, f"device {i}") for i in ids] or list(names.values())
-        # Eight identical GPUs in deviceProperties are one kind of device to the reader.
-        return list(dict.fromkeys(found)) or ["cpu"]
+        """Names of the devices that ran something; else those the trace describes; else `cpu`.
+
+        Kernel devices find their `deviceProperties` entry as the GPU metrics do (`profiling.devices`):
+        a ROCm kernel on device 2 is named by the one entry, id 0, of the GPU the process saw."""
+        from profiling.devices import device_names  # devices.py reads a Trace: imported here, not at the top
+
+        return device_names(self)
 
 
 def load_trace(path: str | Path, progress: Progress | None = None, **limits: int) -> Trace:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from profiling.insights import attention, copies, data_quality, host, occupancy, precision
+from profiling.insights import attention, communication, copies, data_quality, host, occupancy, precision
 from profiling.insights.base import Evidence, Finding, Insight, Rule
 from profiling.insights.copies import copied_bytes_per_window
 from profiling.trace import Trace
@@ -39,7 +39,11 @@ ORDER: tuple[str, ...] = (
     "safe_softmax",
     "fp32_upcast",
     "fused_attention",
+    "unfused_attention",
     "overhead_bound",
+    "blocking_sync",
+    "launch_bound",
+    "communication",
     "occupancy",
     "no_kernels",
     "profiler_overhead",
@@ -51,9 +55,8 @@ ORDER: tuple[str, ...] = (
     "first_call",
     "impossible_values",
 )
-_BY_NAME = {
-    rule.name: rule for family in (copies, attention, precision, occupancy, host, data_quality) for rule in family.RULES
-}
+FAMILIES = (copies, attention, precision, occupancy, host, communication, data_quality)
+_BY_NAME = {rule.name: rule for family in FAMILIES for rule in family.RULES}
 RULES: tuple[Rule, ...] = tuple(_BY_NAME[name] for name in ORDER)
 MIN_GPU_TIME_PERCENT = 1.0  # a finding about GPU events that hold less of the GPU's time is not worth reading
 

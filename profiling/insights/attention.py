@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from profiling import intervals as iv
+from profiling.attention_found import (
+    SDPA_MATH_OP,
+    AttentionFound,
+    attention_found,
+    need_weights,
+    step_of_launch,
+)
 from profiling.insights.base import (
     MAX_TENSOR_BYTES,
     NAME_IN_PROSE,
@@ -12,36 +21,46 @@ from profiling.insights.base import (
     Finding,
     Rule,
     fmt_bytes,
+    gpu_share,
     left_out,
-    names_decoded,
     short,
 )
 from profiling.kernels import decode
 from profiling.occupancy import whole_number
+from profiling.step_breakdown import step_at
 
 MASK_OPS = ("aten::ones", "aten::tril", "aten::triu", "aten::where", "aten::logical_not", "aten::masked_fill")
 SAFE_SOFTMAX_GUARDS = ("aten::isneginf", "aten::all", "aten::where")
 FUSED_OP_HINTS = ("flash", "efficient", "cudnn", "flex_attention", "_fused_")
-ATTENTION_FAMILIES = ("flash-attention", "efficient-attention", "cudnn-attention")
 DECODE_Q_LEN = 16  # queries per forward at or below which a run is decode-like
 KEPT_SCORES = 0.5  # beyond the output, this share of one score matrix means the probabilities were kept
+MAX_SHAPES_IN_PROSE = 3
+
+
+def has_attention(ev: Evidence) -> bool:
+    """Our runs always run attention; an upload shows it by fused kernels, an unfused match, or an
+    attention op (SDPA, nn.MultiheadAttention, a serving stack's). The other attention rules say
+    nothing on a trace without it: a causal mask in a recommender is no attention's mask."""
+    return ev.spec is not None or attention_found(ev.trace).present
 
 
 def fused(ev: Evidence) -> Finding | None:
-    """One kernel (GPU) or one compute op (CPU) per forward does all of attention."""
+    """Fused attention kernels, by the decoder's families (GPU); one compute op per forward (CPU)."""
     scope = ev.scope
     if scope.on_gpu:
-        names, _ = names_decoded(scope.gpu)
-        attention_kernels = [n for n in names if decode(n).family in ATTENTION_FAMILIES]
-        one_per_forward = not ev.whole_trace and len(scope.gpu) == scope.count > 0
-        if not (one_per_forward or attention_kernels):
+        found = attention_found(ev.trace)
+        if len(found.fused):
+            return _fused_kernels(ev, found)
+        if ev.whole_trace or not (len(scope.gpu) == scope.count > 0):
             return None
-        name = attention_kernels[0] if attention_kernels else scope.gpu["name"].iloc[0]
+        # Our run: one kernel per forward that the decoder does not name is still the whole attention.
+        name = scope.gpu["name"].iloc[0]
         meaning = decode(name).summary
         return Finding(
             "Fused",
             f"one kernel does the whole attention: {short(name)} ({meaning}).",
             {"kernel": name, "meaning": meaning},
+            gpu_share(ev, float(scope.gpu["dur"].sum())),
         )
     compute = scope.compute_ops
     if ev.whole_trace or scope.count == 0 or len(compute) != scope.count:
@@ -53,8 +72,99 @@ def fused(ev: Evidence) -> Finding | None:
     return Finding("Fused", detail, {"op": name})
 
 
+def _fused_kernels(ev: Evidence, found: AttentionFound) -> Finding:
+    """The fused kernels' family and backend (the decoder's meaning of the one with the most time) and
+    their share; the longest launch of that kernel is the instance to look at."""
+    top = found.fused.index[0]
+    family, meaning = found.fused["family"].iloc[0], decode(top).summary
+    kernels = ev.trace.kernels
+    launches = kernels[kernels["name"] == top]
+    worst = launches.iloc[int(np.argmax(np.nan_to_num(launches["dur"].to_numpy(), nan=-1.0)))]
+    families = found.fused.groupby("family", sort=False)["total_us"].sum()
+    share = gpu_share(ev, found.fused_us)
+    others = f", and {len(found.fused) - 1} other fused kernel name(s)" if len(found.fused) > 1 else ""
+    return Finding(
+        "Fused attention",
+        f"attention runs in fused {family} kernels: {short(top)} ({meaning}), "
+        f"{int(found.fused['count'].iloc[0])} launch(es){others}; "
+        f"{found.fused_us:,.1f} us{f', {share:.1f}% of GPU time' if share is not None else ''}.",
+        {
+            "kernel": top,
+            "family": family,
+            "meaning": meaning,
+            "families_us": families.to_dict(),
+            "kernels": found.fused.index.tolist(),
+            "launches": int(found.fused["count"].sum()),
+            "total_us": found.fused_us,
+            "ts_us": float(worst["ts"]) + ev.trace.ts_base_us,
+            "step": step_of_launch(ev.trace, worst["correlation"]),
+        },
+        share,
+    )
+
+
+def unfused(ev: Evidence) -> Finding | None:
+    """Matmul, softmax, matmul as separate ops (`attention_found`): the score matrix goes through memory."""
+    matches = attention_found(ev.trace).matches
+    if not len(matches):
+        return None
+    trace, worst = ev.trace, matches.iloc[0]  # the match with the most GPU time
+    names = trace.events["name"]
+    ops = [str(names.iloc[int(worst[k])]) for k in ("first", "softmax", "second")]
+    parent = int(worst["parent"])
+    parent_name = str(names.iloc[parent]) if parent >= 0 else None
+    shapes = list(dict.fromkeys(zip(matches["first_shape"], matches["scores_shape"], strict=True)))
+    gpu_us, softmax_us = float(matches["gpu_us"].sum()), float(matches["softmax_us"].sum())
+    share = gpu_share(ev, gpu_us) if gpu_us > 0 else None
+    softmax_share = gpu_share(ev, softmax_us) if softmax_us > 0 else None
+    weights = need_weights(trace, parent)
+    said = ", ".join(f"scores {list(b)} from a {list(a)} input" for a, b in shapes[:MAX_SHAPES_IN_PROSE])
+    time = (
+        f"; they take {share:.1f}% of GPU time ({gpu_us:,.1f} us), the softmax alone {softmax_share or 0:.1f}%"
+        if share is not None
+        else ""
+    )
+    return Finding(
+        "Unfused attention",
+        f"{len(matches)} {' -> '.join(ops)} sequence(s) in the trace compute attention as separate ops, writing "
+        f"each score matrix to memory and reading it back ({said}){time}. " + _unfused_fix(parent_name, weights),
+        {
+            "matches": len(matches),
+            "ops": ops,
+            "parent": parent_name,
+            "shapes": [{"first_gemm_input": list(a), "scores": list(b)} for a, b in shapes],
+            "gpu_us": gpu_us,
+            "softmax_us": softmax_us,
+            "softmax_gpu_time_percent": softmax_share,
+            "need_weights": weights,
+            "ts_us": float(worst["start"]) + trace.ts_base_us,
+            "step": step_at(trace, float(worst["start"])),
+        },
+        share,
+    )
+
+
+def _unfused_fix(parent: str | None, weights: bool) -> str:
+    if weights:
+        return (
+            "nn.MultiheadAttention was called with need_weights=True (its Concrete Inputs), which forces this "
+            "unfused path to return the weights: pass need_weights=False to take its fused SDPA path."
+        )
+    if parent == SDPA_MATH_OP:
+        return (
+            "This is SDPA's math backend: no fused backend (flash, efficient, cuDNN) took these inputs, or it "
+            "was disabled; see which refused and why (torch.nn.attention.sdpa_kernel)."
+        )
+    return (
+        "torch.nn.functional.scaled_dot_product_attention fuses them into one kernel that never stores the "
+        'scores (in transformers: attn_implementation="sdpa").'
+    )
+
+
 def mask_rebuilt(ev: Evidence) -> Finding | None:
     """SDPA math (or any forward) building a causal mask on every call."""
+    if not has_attention(ev):
+        return None
     gpu = ev.scope.gpu
     tril_kernels = gpu[gpu["name"].str.contains("triu_tril", regex=False)] if len(gpu) else gpu
     if not (ev.has_op("aten::tril") or ev.has_op("aten::triu") or len(tril_kernels)):
@@ -70,7 +180,7 @@ def mask_rebuilt(ev: Evidence) -> Finding | None:
 
 
 def safe_softmax(ev: Evidence) -> Finding | None:
-    if not ev.has_op("aten::_safe_softmax"):
+    if not (ev.has_op("aten::_safe_softmax") and has_attention(ev)):
         return None
     guards = ev.ops_named(*SAFE_SOFTMAX_GUARDS)
     return Finding(
@@ -138,6 +248,8 @@ def decode_bound(ev: Evidence) -> Finding | None:
 
 def wrong_alignment(ev: Evidence) -> Finding | None:
     """A causal mask aligned to the top left while queries are fewer than keys: the decode bug."""
+    if not has_attention(ev):
+        return None
     q_len, kv_len, skipped = _top_left_causal_lengths(ev)
     if q_len is None or kv_len is None or q_len >= kv_len:
         return None
@@ -221,7 +333,12 @@ def _dense_mask(spec: Any) -> bool:
 RULES: tuple[Rule, ...] = (
     Rule("mask_rebuilt", "aten::ones/tril/where or triu_tril_kernel inside the forward", mask_rebuilt),
     Rule("safe_softmax", "aten::_safe_softmax", safe_softmax),
-    Rule("fused_attention", "one kernel (GPU) or one compute op (CPU) per forward", fused),
+    Rule("fused_attention", "kernels of an attention family (GPU); one compute op per forward (CPU)", fused),
+    Rule(
+        "unfused_attention",
+        "GEMM, softmax, GEMM on the scores' shape, under one op, with only elementwise ops between",
+        unfused,
+    ),
     Rule("backward_memory", "memory left by attn_fwd for attn_bwd vs one score matrix (training)", backward_memory),
     Rule("decode_bound", "q_len <= 16 against a longer KV: bytes moved, GB/s vs peak, launch overhead", decode_bound),
     Rule("wrong_alignment", "is_causal (top-left) with fewer queries than keys", wrong_alignment),

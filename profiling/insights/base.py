@@ -32,7 +32,12 @@ MAX_EVIDENCE_KEYS = 50  # keys of any mapping in it (rules key them by op or ker
 # Bytes one tensor or copy can hold: sizes are int64 in torch, and no device has 2^63 bytes.
 MAX_TENSOR_BYTES = 2**63 - 1
 MAX_DIMS = 64  # dimensions of one tensor (torch's own limit is lower)
-ITEMSIZE = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "bool": 1, "long int": 8, "int": 4}
+# Bytes per element of each `Input type` spelling torch writes (c10's type names; "long" in older traces).
+ITEMSIZE = {
+    **{"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "bool": 1, "long int": 8, "long": 8, "int": 4},
+    **{"short": 2, "signed char": 1, "unsigned char": 1, "c10::complex<float>": 8, "c10::complex<double>": 16},
+    **{f"c10::Float8_{kind}": 1 for kind in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e8m0fnu")},
+}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from profiling import devices
 from profiling import gpu_metrics as gm
 from profiling.trace import Trace, parse_trace
 
@@ -63,44 +64,49 @@ def test_device_zero_and_the_largest_index_are_devices_and_the_pid_is_the_fallba
             kernel(6, 1, pid=0, device=None),  # pid 0 is a device
         ]
     )
-    got = gm.device_ids(t.kernels)
+    got = devices.device_ids(t.kernels)
     assert got[:5].tolist() == [0.0, 2**31 - 1, 5.0, 5.0, 6.0]
     assert np.isnan(got[5]) and got[6] == 0.0
 
 
 def test_device_properties_by_id_first_wins_and_by_position_within_bounds():
-    index = gm.DeviceIndex.of([{"id": 1, "name": "a"}, {"id": 1, "name": "b"}, {"id": True, "name": "c"}, {"x": 0}])
+    index = devices.DeviceIndex.of(
+        [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}, {"id": True, "name": "c"}, {"x": 0}]
+    )
     assert index.entry(1)["name"] == "a"  # an id listed twice: the first entry
     assert index.entry(1.0)["name"] == "a"
     assert index.entry(0) == {}  # True is not an id 1 (nor 0)
     assert index.entry(None) == {"id": 1, "name": "a"}  # no device: the first entry
-    by_position = gm.DeviceIndex.of([{"name": "p0"}, {"name": "p1"}])
+    by_position = devices.DeviceIndex.of([{"name": "p0"}, {"name": "p1"}])
     assert by_position.by_id is None
     assert [by_position.entry(d).get("name") for d in (0, 1, 2, -1)] == ["p0", "p1", None, None]
-    assert gm.DeviceIndex.of([]).entry(None) == {}
+    assert devices.DeviceIndex.of([]).entry(None) == {}
 
 
 def test_description_reads_either_spelling_and_refuses_what_is_not_a_count():
     new = {"name": "H100", "totalGlobalMem": 80, "computeMajor": 9, "computeMinor": 0, "numSms": 132}
     old = {"name": 7, "totalGlobalMem": -1, "major": 8, "minor": 6, "multiProcessorCount": 84}
     half = {"computeMajor": 9, "numSms": 1.5}
-    index = gm.DeviceIndex.of([new, old, half])
-    assert gm._described(index, 0) == {
+    assert devices.describe(new) == {
         "gpu_name": "H100",
         "gpu_memory_bytes": 80,
         "compute_capability": "9.0",
         "sm_count": 132,
+        "gpu_arch": "sm_90",
     }
-    assert gm._described(index, 1) == {
+    assert devices.describe(old) == {
         "gpu_name": None,
         "gpu_memory_bytes": None,
         "compute_capability": "8.6",
         "sm_count": 84,
+        "gpu_arch": "sm_86",
     }
-    assert gm._described(index, 2)["compute_capability"] is None  # a major without a minor
-    assert gm._described(index, 2)["sm_count"] is None
-    assert gm._int_or_none(0) == 0 and gm._int_or_none(2**63) == 2**63
-    assert gm._int_or_none(-1) is None and gm._int_or_none(True) is None and gm._int_or_none(float("nan")) is None
+    assert devices.describe(half)["compute_capability"] is None  # a major without a minor
+    assert devices.describe(half)["sm_count"] is None and devices.describe(half)["gpu_arch"] is None
+    assert devices.describe({}) == dict.fromkeys(gm.DEVICE_FIELDS)
+    assert devices._int_or_none(0) == 0 and devices._int_or_none(2**63) == 2**63
+    assert devices._int_or_none(-1) is None and devices._int_or_none(True) is None
+    assert devices._int_or_none(float("nan")) is None
 
 
 def test_2021_compute_properties_are_read_when_device_properties_are_absent():

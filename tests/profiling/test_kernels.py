@@ -1,8 +1,21 @@
 """The kernel-name decoder, on the names the blog shows and on real kernels from A100 traces."""
 
+import json
+
+import pandas as pd
 import pytest
 
-from profiling.kernels import decode
+from profiling.kernels import (
+    ATTENTION_FAMILIES,
+    MAX_BACK_REFERENCES,
+    PATTERNS,
+    PATTERNS_FILE,
+    PRECISIONS,
+    decode,
+    decoded_kernel_time_percent,
+    demangle,
+    short_name,
+)
 from profiling.trace import load_trace
 from tests.conftest import DATA
 
@@ -32,19 +45,19 @@ CASES = [
     (
         "void at::native::triu_tril_kernel<bool, long, false, 2>(at::cuda::detail::TensorInfo<bool, long>)",
         "mask",
-        None,
+        False,
         ["tril"],
     ),
     (
         "void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, false, false>(...)",
         "softmax",
-        None,
+        False,
         ["warp-per-row softmax"],
     ),
     (
         "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)",
         "elementwise",
-        None,
+        False,
         ["fill"],
     ),
     ("Memcpy DtoD (Device -> Device)", "memcpy", None, ["device-to-device copy"]),
@@ -76,3 +89,132 @@ def test_every_real_kernel_in_the_a100_traces_gets_a_meaning_or_an_honest_blank(
     assert decoded[tf32].arch == "80"
     understood = sum(1 for info in decoded.values() if info.summary)
     assert understood / len(decoded) > 0.5
+
+
+# -- issue 18: precision, engine, short names, the data file --------------------------------------------
+
+SOFTMAX = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16, "
+    "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)"
+)
+ENABLE_IF = (
+    "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+    "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long, c10::BFloat16*, float, int, int)"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        (SOFTMAX, "cunn_SoftMaxForward"),
+        (ENABLE_IF, "fused_add_rms_norm_kernel"),
+        ("void at::native::elementwise_kernel<128, 2, F>(int)", "elementwise_kernel"),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<float, float, float, 7, false, false>(float*)",
+            "softmax_warp_forward",
+        ),
+        (
+            "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(X::Params)",
+            "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4",
+        ),
+        (
+            "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<A, B>>>(P)",
+            "FlashAttnFwdSm90",
+        ),
+        ("void cublasGemv(float (*)(int), int)", "cublasGemv"),
+        ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"),
+        (
+            "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256EEEvPT0_",
+            "add_rmsnorm_quant_kernel",
+        ),  # not demangled here
+        ("_Z4siluf", "silu"),
+        ("void broken<<(int", "broken"),  # brackets that never close: cut at the first one
+        ("attn_fwd", "attn_fwd"),
+        ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, float>(P)", "gemvx::kernel"),
+    ],
+)
+def test_short_name_is_the_kernels_own_name(name, short):
+    # The return type, template arguments and parameters go; the last `::` component stays.
+    assert short_name(name) == short == decode(name).short_name
+
+
+def test_demangle_reads_mangled_names_once_and_leaves_others_alone():
+    assert demangle("_Z4siluf") == "silu(float)"
+    assert demangle("sm90_xmma_gemm") == "sm90_xmma_gemm"  # not mangled
+    assert demangle("_Znot_a_name") == "_Znot_a_name"  # cxxfilt refuses it: the raw name stays
+    assert demangle("_Z" + "1a" * 600) == "_Z" + "1a" * 600  # over MAX_DEMANGLED_CHARS: never handed over
+    # Back-references past the bound, or a pack expansion: never handed over either.
+    assert demangle("_Z1fIJiiEEvDpT_") == "_Z1fIJiiEEvDpT_"
+    many = "_Z1f1A" + "S_" * (MAX_BACK_REFERENCES + 1)
+    assert demangle(many) == many
+    decode("_Z4siluf")
+    assert decode("_Z4siluf").short_name == "silu" and decode("_Z4siluf").precision == "fp32"
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "engine"),
+    [
+        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_16x6_tn_align4>(P)", "tf32", "tensor"),
+        ("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_tn_align1>(P)", "bf16", "tensor"),
+        ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x64x32_warpgroupsize1x1x1", "tf32", "tensor"),
+        ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_sm100f", "fp4", "tensor"),
+        ("Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_ISA942", "bf16", "tensor"),
+        ("Cijk_Ailk_Bljk_S_B_Bias_MT16x16x128_MI16x16x1", "fp32", "tensor"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>(int)",
+            "bf16",
+            "simt",
+        ),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)", "fp32", "simt"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::Half>>(int)", "fp16", "simt"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>(int)", None, "simt"),
+        ("Memcpy DtoD (Device -> Device)", None, "copy"),
+        ("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT", None, "tensor"),  # the name says no dtype: none guessed
+        ("my_custom_kernel", None, "unknown"),
+    ],
+)
+def test_precision_and_engine_from_the_name(name, precision, engine):
+    info = decode(name)
+    assert (info.precision, info.engine) == (precision, engine)
+    assert info.tensor_cores is {"tensor": True, "simt": False}.get(engine)
+
+
+def test_the_pattern_file_is_checked_and_names_every_fused_attention_family():
+    rows = json.loads(PATTERNS_FILE.read_text())["patterns"]
+    assert [r["regex"] for r in rows] == [p.regex for p in PATTERNS]
+    assert {r["precision"] for r in rows} - {None} <= set(PRECISIONS) | {
+        r["precision"] for r in rows if "{" in str(r["precision"])
+    }
+    assert {r["engine"] for r in rows} <= {None, "tensor", "simt", "copy"}
+    assert set(ATTENTION_FAMILIES) >= {
+        "flash-attention", "efficient-attention", "cudnn-attention", "aotriton-attention", "ck-attention",
+        "aiter-attention", "trtllm-attention", "flashinfer-attention", "paged-attention",
+    }  # fmt: skip
+    assert all(f.endswith("-attention") for f in ATTENTION_FAMILIES)
+    for name, family in [
+        ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)", "communication"),
+        ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication"),
+        ("void vllm::cross_device_reduce_1stage<half, 8>(P)", "communication"),
+        ("void paged_attention_ll4mi_reduce_kernel<__hip_bfloat16, 128>(P)", "paged-attention"),
+        ("_ZN7ck_tile6kentryILi1ENS_13FmhaFwdKernelINS_1XEEEJNS2_5KargsEEEEvDpT1_", "ck-attention"),
+        ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<P>(P)", "flashinfer-attention"),
+        ("triton_red_fused__to_copy_mean_pow_0", "triton"),
+    ]:
+        assert decode(name).family == family, name
+    assert decode(
+        "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)"
+    ).phrases == ("all-reduce through NVLink multimem (symmetric memory)",)  # not "reduction over a dimension"
+    assert "fuses _to_copy_mean_pow" in decode("triton_red_fused__to_copy_mean_pow_0").phrases
+
+
+def _kernels(*rows: tuple[str, float]) -> pd.DataFrame:
+    return pd.DataFrame({"name": [n for n, _ in rows], "dur": [d for _, d in rows]})
+
+
+def test_decoded_kernel_time_percent_counts_kernels_with_a_family():
+    frame = _kernels(("ampere_sgemm_128x64_tn", 30.0), ("my_custom_kernel", 10.0), ("ampere_sgemm_128x64_tn", 10.0))
+    assert decoded_kernel_time_percent(frame) == pytest.approx(100 * 40 / 50)
+    assert decoded_kernel_time_percent(_kernels(("my_custom_kernel", 5.0))) == 0.0
+    assert decoded_kernel_time_percent(_kernels()) is None  # no kernel time: unknown, not 0 or 100
+    assert decoded_kernel_time_percent(_kernels(("ampere_sgemm_128x64_tn", 0.0))) is None

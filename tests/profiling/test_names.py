@@ -56,12 +56,19 @@ REGEXES = _module_regexes()
 def test_the_regexes_found_include_the_decoder_table():
     patterns = {regex.pattern for regex in REGEXES.values()}
     assert {p.regex for p in kernels.PATTERNS} | {kernels._ARCH.pattern} <= patterns
+    # The table lives in a data file: every row of it is timed, read from the file itself.
+    rows = json.loads(kernels.PATTERNS_FILE.read_text(encoding="utf-8"))["patterns"]
+    assert len(rows) == len(kernels.PATTERNS) and {row["regex"] for row in rows} <= patterns
+    assert {kernels._TYPE.pattern, kernels._BACK_REFERENCE.pattern, kernels._BRACKET.pattern} <= patterns
 
 
 CUDNN = "cudnn_generated_fort_native_sdpa"
 FRAGMENTS = [
     "1", "x", "_", "_ldg", "fmha_cutlassF_", "f16", "_aligned", "_rf", CUDNN, "_knob_", "sm", "_sm", "sm_", "90",
     "\n", " ", "ProfilerStep#", "A100", "-", "\x1b[", "\x1b]", "\x9b", ";", "٣", "a",
+    # the rows of issue 18: Tensile, TRT-LLM, Triton, NCCL, C++ brackets and mangled names, element types
+    "Cijk_", "A", "_B", "_MI", "_ISA", "bmm_", "Mx", "tensorop_", "fmhaSm", "Kernel_Qkv", "Fmha", "Causal",
+    "triton_poi_fused_", "nccl", "Kernel_", "<", ">", "(", ")", "::", "_Z", "N", "S_", "float", "tf32",
 ]  # fmt: skip
 # (head, body): the name is the head, then the body repeated, cut to the length measured. Each body
 # makes some pattern start a match at almost every position and fail late.
@@ -86,6 +93,9 @@ ADVERSARIAL: dict[str, tuple[str, str]] = {
     "escape openers": ("", "\x1b["),
     "unterminated OSC": ("", "\x1b]0;"),
     "8-bit CSI parameters": ("", "\x9b1;"),
+    "NCCL kernel prefixes": ("", "ncclKernel_a "),
+    "unclosed brackets": ("void f", "<("),
+    "mangled substitutions without their end": ("_ZN", "S"),
     "every fragment in turn": ("", "".join(FRAGMENTS)),
     "a seeded mixture": ("", "".join(random.Random(16).choice(FRAGMENTS) for _ in range(2000))),
 }
