@@ -25,10 +25,15 @@ def escape(text: str) -> str:
 
 
 def insights_markdown(insights: list[Insight]) -> str:
-    """A bullet per insight, its title in bold; all of it escaped."""
+    """A bullet per insight, its title in bold, then its share of GPU time; all of it escaped."""
     if not insights:
         return NO_INSIGHT
-    return "\n".join(f"- **{escape(i.title)}**: {escape(i.detail)}" for i in insights)
+    return "\n".join(f"- **{escape(i.title)}**{_share(i.gpu_time_percent)}: {escape(i.detail)}" for i in insights)
+
+
+def _share(percent: float | None) -> str:
+    """A finding's share of GPU time, where it is about GPU events (the findings are sorted by it)."""
+    return f" ({percent:.1f}% of GPU time)" if percent is not None else ""
 
 
 GPU_CARD_FIELDS = (

@@ -4,6 +4,7 @@ import gzip
 import json
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -135,19 +136,23 @@ def test_progress_is_drawn_on_a_terminal_and_silent_off_one():
     quiet = cli("analyze", trace, "--json")
     assert quiet.returncode == 0 and quiet.stderr == ""  # piped: nothing but the result
     leader, follower = pty.openpty()
-    try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "profiling", "analyze", trace, "--json"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=follower,
-        )  # fmt: skip
-        os.close(follower)  # the child holds it now: its exit closes the terminal
-        drawn = b""
-        while chunk := _read_or_none(leader):  # read as it is drawn: a full terminal would block the child
-            drawn += chunk
-        stdout, _ = child.communicate(timeout=300)
-    finally:
-        os.close(leader)
-    done = subprocess.CompletedProcess(child.args, child.returncode, stdout)
+    # stdout to a file, not a pipe: the JSON passes a pipe's 64 KiB, and a child blocked on a full pipe would
+    # never close the terminal this loop reads to its end.
+    with tempfile.TemporaryFile() as out:
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "profiling", "analyze", trace, "--json"],
+                cwd=ROOT, stdout=out, stderr=follower,
+            )  # fmt: skip
+            os.close(follower)  # the child holds it now: its exit closes the terminal
+            drawn = b""
+            while chunk := _read_or_none(leader):  # read as it is drawn: a full terminal would block the child
+                drawn += chunk
+            child.wait(timeout=300)
+        finally:
+            os.close(leader)
+        out.seek(0)
+        done = subprocess.CompletedProcess(child.args, child.returncode, out.read())
     assert done.returncode == 0 and json.loads(done.stdout) == json.loads(quiet.stdout)
     assert b"reading the trace" in drawn and b"finding insights" in drawn  # the reader's bytes, then the stages
 

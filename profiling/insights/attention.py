@@ -170,6 +170,8 @@ def mask_rebuilt(ev: Evidence) -> Finding | None:
     if not (ev.has_op("aten::tril") or ev.has_op("aten::triu") or len(tril_kernels)):
         return None
     ops = ev.ops_named(*MASK_OPS)
+    # A mask op's own calls (a `where` inside a `where`) and the safe softmax's guard are not the mask.
+    ops = ops[~ops["parent"].isin((*MASK_OPS, "aten::_safe_softmax"))]
     counts = (ops["name"].value_counts() / ev.per).round(2).to_dict()
     return Finding(
         "Mask rebuilt per call",
@@ -183,6 +185,7 @@ def safe_softmax(ev: Evidence) -> Finding | None:
     if not (ev.has_op("aten::_safe_softmax") and has_attention(ev)):
         return None
     guards = ev.ops_named(*SAFE_SOFTMAX_GUARDS)
+    guards = guards[guards["parent"] == "aten::_safe_softmax"]  # the mask's own `where` is not the guard
     return Finding(
         "Safe softmax",
         "aten::_safe_softmax checks each row for all -inf (isneginf, all, where) so that a fully masked row gives 0 "
@@ -256,9 +259,10 @@ def wrong_alignment(ev: Evidence) -> Finding | None:
     missed = kv_len - q_len
     return Finding(
         "Wrong causal alignment",
-        f"is_causal=True aligns the mask to the top left, so with {q_len} queries and {kv_len} keys query i sees "
-        f"only keys 0..i: the last query misses the newest {missed} keys it should see (the whole cache but the "
-        f"first {q_len}). Align to the bottom right: torch.nn.attention.bias.causal_lower_right({q_len}, {kv_len}) "
+        f"is_causal=True aligns the mask to the top left, so with {q_len} quer{'y' if q_len == 1 else 'ies'} and "
+        f"{kv_len} keys query i sees only keys 0..i: the last query misses the newest {missed} keys it should see "
+        f"(the whole cache but the first {q_len}). Align to the bottom right: "
+        f"torch.nn.attention.bias.causal_lower_right({q_len}, {kv_len}) "
         "or an explicit mask.",
         {
             "q_len": q_len,
@@ -270,7 +274,8 @@ def wrong_alignment(ev: Evidence) -> Finding | None:
 
 
 def _top_left_causal_lengths(ev: Evidence) -> tuple[int | None, int | None, int]:
-    """Query and key lengths of the first causal SDPA call, and how many causal calls give no usable lengths."""
+    """Query and key lengths of the first causal SDPA call with fewer queries than keys, and how many causal
+    calls give no usable lengths."""
     if ev.spec is not None:
         return (ev.spec.q_len, ev.spec.seq_len, 0) if ev.spec.mask == "causal_top_left" else (None, None, 0)
     # An upload: an SDPA call with is_causal=True (its 6th input) and its query and key lengths.
@@ -288,7 +293,7 @@ def _top_left_causal_lengths(ev: Evidence) -> tuple[int | None, int | None, int]
         lengths = _query_and_key_lengths(dims)
         if lengths is None:
             skipped += count
-        elif found is None:
+        elif found is None and lengths[0] < lengths[1]:  # a prefill call (q == kv) is aligned either way
             found = lengths
     return (*found, skipped) if found else (None, None, skipped)
 

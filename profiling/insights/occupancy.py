@@ -100,8 +100,12 @@ def occupancy(ev: Evidence) -> Finding | None:
         evidence["skipped_count"] = skipped_count
     if device_notes:
         evidence["device_notes"] = device_notes[:MAX_NOTES]
-    busy = float(kernels.loc[kernels["name"].isin(about), "dur"].sum())
-    return Finding("Occupancy", "; ".join(notes) + ".", evidence, gpu_share(ev, busy))
+    # The share ranks findings by the GPU time at stake: an artefact of the estimate costs none, so only the
+    # kernels whose occupancy is really bound (a limit, a tiny grid) count; a finding that only explains
+    # artefacts is about no GPU time lost (None: listed after the costs, never dropped as under 1%).
+    bound = about - (set(launches.loc[artefact, "name"]) - set(launches.loc[tiny, "name"]))
+    busy = float(kernels.loc[kernels["name"].isin(bound), "dur"].sum())
+    return Finding("Occupancy", "; ".join(notes) + ".", evidence, gpu_share(ev, busy) if busy > 0 else None)
 
 
 def _no_estimate(kernels: pd.DataFrame, mapping: DeviceMapping) -> Finding | None:

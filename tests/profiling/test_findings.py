@@ -55,3 +55,15 @@ def test_a_record_holds_json_native_values_only():
 def test_the_insight_text_is_title_and_detail(share):
     i = insight("hidden_copy", share)
     assert i.text == f"{i.title}: {i.detail}" == f"{i.record()['title']}: {i.record()['detail']}"
+
+
+def test_docs_list_every_rule_in_order_and_every_copy_cause():
+    from profiling.copy_causes import CAUSES
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "rules.md").read_text()
+    table = text.split("## The rules")[1].split("## ")[0]
+    rows = [line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")]
+    assert rows == list(ORDER)
+    for cause in CAUSES:
+        assert f"`{cause}`" in text
