@@ -48,6 +48,7 @@ CONVERSIONS = ("aten::to", "aten::_to_copy")  # what wraps the upcast's copy_
 MODULE_PREFIX = "nn.Module: "  # python_function events of torch.profiler(with_modules=True)
 BUILTIN_PREFIX = "<built-in"  # a Python call frame around one op, not the code that called it
 MATMUL_FAMILIES = ("gemm", "conv")
+SPLIT_K = "split-K reduction"  # the decoder's meaning for cuBLAS's splitKreduce_kernel
 LOST = -2  # a kernel whose launch the trace does not hold
 # Levels climbed from an op to its nn.Module, and from a conversion to its scope: real traces nest
 # 10-30 deep; a crafted one 100,000 deep must not cost a numpy pass per level.
@@ -364,8 +365,13 @@ def cuda_core_gemms(gpu: pd.DataFrame) -> pd.DataFrame:
     """The GEMM and convolution kernels among `gpu` that run on CUDA cores (the decoder's engine)."""
     kernels = gpu[gpu["cat"].to_numpy() == "kernel"]
     codes, infos = decoded(kernels)
-    # The engine alone would take in elementwise kernels too: every one of them runs on CUDA cores.
+    # The engine alone would take in elementwise kernels too: every one of them runs on CUDA cores. A split-K
+    # GEMM's reduction runs there too whatever the GEMM ran on: it is no sign of FP32 math.
     simt = np.array(
-        [i is not None and i.family in MATMUL_FAMILIES and i.tensor_cores is False for i in infos], dtype=bool
+        [
+            i is not None and i.family in MATMUL_FAMILIES and i.tensor_cores is False and SPLIT_K not in i.meaning
+            for i in infos
+        ],
+        dtype=bool,
     )
     return kernels[simt[codes]]

@@ -218,3 +218,22 @@ def test_decoded_kernel_time_percent_counts_kernels_with_a_family():
     assert decoded_kernel_time_percent(_kernels(("my_custom_kernel", 5.0))) == 0.0
     assert decoded_kernel_time_percent(_kernels()) is None  # no kernel time: unknown, not 0 or 100
     assert decoded_kernel_time_percent(_kernels(("ampere_sgemm_128x64_tn", 0.0))) is None
+
+
+def test_fbgemm_is_a_library_not_a_gemm():
+    # fbgemm_gpu's embedding and conversion kernels carry "fbgemm" in their names; only the word gemm means a GEMM.
+    embedding = "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<c10::Half>(int)"
+    convert = "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::Tensor const&)>(int)"
+    assert decode(embedding).family != "gemm" and decode(convert).family != "gemm"
+    assert decode("void gemmk1_kernel<float, 256, 5>(int)").family == "gemm"
+
+
+def test_a_split_k_reduction_is_no_fp32_gemm():
+    from profiling.trace import parse_trace
+    from profiling.upcasts import cuda_core_gemms
+
+    kernel = {"ph": "X", "cat": "kernel", "ts": 0, "dur": 5, "pid": 0, "tid": 7, "args": {"device": 0}}
+    names = ("void splitKreduce_kernel<float, float, float, float, true>(int)", "ampere_sgemm_32x128_tn")
+    events = [{**kernel, "name": name, "ts": 10 * i} for i, name in enumerate(names)]
+    trace = parse_trace(json.dumps({"traceEvents": events}).encode())
+    assert cuda_core_gemms(trace.gpu_activity)["name"].tolist() == ["ampere_sgemm_32x128_tn"]
