@@ -223,7 +223,7 @@ def test_decoded_kernel_time_percent_counts_kernels_with_a_family():
 def test_fbgemm_is_a_library_not_a_gemm():
     # fbgemm_gpu's embedding and conversion kernels carry "fbgemm" in their names; only the word gemm means a GEMM.
     embedding = "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<c10::Half>(int)"
-    convert = "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::Tensor const&)>(int)"
+    convert = "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::Tensor)>(int)"
     assert decode(embedding).family != "gemm" and decode(convert).family != "gemm"
     assert decode("void gemmk1_kernel<float, 256, 5>(int)").family == "gemm"
 
