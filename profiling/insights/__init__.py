@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from profiling.insights import attention, communication, copies, data_quality, host, occupancy, precision
+from profiling.insights import attention, communication, copies, data_quality, host, occupancy, precision, rotary
 from profiling.insights.base import Evidence, Finding, Insight, Rule
 from profiling.insights.copies import copied_bytes_per_window
 from profiling.trace import Trace
@@ -40,6 +40,7 @@ ORDER: tuple[str, ...] = (
     "fp32_upcast",
     "fused_attention",
     "unfused_attention",
+    "unfused_rotary",
     "overhead_bound",
     "blocking_sync",
     "launch_bound",
@@ -55,7 +56,7 @@ ORDER: tuple[str, ...] = (
     "first_call",
     "impossible_values",
 )
-FAMILIES = (copies, attention, precision, occupancy, host, communication, data_quality)
+FAMILIES = (copies, attention, rotary, precision, occupancy, host, communication, data_quality)
 _BY_NAME = {rule.name: rule for family in FAMILIES for rule in family.RULES}
 RULES: tuple[Rule, ...] = tuple(_BY_NAME[name] for name in ORDER)
 MIN_GPU_TIME_PERCENT = 1.0  # a finding about GPU events that hold less of the GPU's time is not worth reading
