@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiling.kernels import ATTENTION_FAMILIES, decode
+from profiling.kernels import ATTENTION_FAMILIES, MAX_NAMES_DECODED, decode
 from profiling.launches import first_launches, launch_owners
 from profiling.occupancy import whole_number
 from profiling.step_breakdown import step_at
@@ -53,9 +53,6 @@ ATTENTION_OPS = frozenset(
     }
 )
 NEED_WEIGHTS_INPUT = 10  # need_weights' position in _native_multi_head_attention's Concrete Inputs
-# Distinct kernel names decoded, those with the most time (as `insights.base.MAX_NAMES_DECODED`): a
-# hostile trace holds 20,000 names, and each decode costs tens of microseconds.
-MAX_NAMES_DECODED = 1000
 MAX_DIMS = 64
 LARGEST_DIM = 2**63 - 1
 _OTHER, _BETWEEN, _GEMM, _SOFTMAX = 0, 1, 2, 3

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from profiling import intervals as iv
-from profiling.kernels import decode
+from profiling.kernels import MAX_NAMES_DECODED, decode
 from profiling.step_breakdown import adjusted_steps, steps_span
 from profiling.trace import Trace
 
@@ -45,7 +45,6 @@ COLLECTIVE_NAMES = re.compile(
 )
 # HTA's kernels that are neither communication nor computation (Memcpy, Memset, Sync anywhere in the name).
 NOT_COMPUTATION = re.compile(r"Memcpy|Memset|Sync")
-MAX_NAMES_DECODED = 1000  # distinct kernel names decoded, the most time first (the regex sees every name)
 MAX_NAMES_LISTED = 5  # collectives named in a finding
 
 

@@ -45,6 +45,9 @@ try:  # pinned in requirements.txt; without it (a bare torch image) names stay a
 except ImportError:  # pragma: no cover - exercised by tests/profiling/test_decoder_real.py in a subprocess
     cxxfilt = None
 
+# Distinct kernel names a rule or metric decodes, those with the most time: a trace can hold 20,000 names,
+# and decoding each costs tens of microseconds. One bound for every caller.
+MAX_NAMES_DECODED = 1000
 PATTERNS_FILE = Path(__file__).with_name("kernel_patterns.json")
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "mixed")
 ENGINES = ("tensor", "simt", "copy", "unknown")

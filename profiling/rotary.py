@@ -73,7 +73,8 @@ def rotary_work(trace: Trace) -> RotaryWork | None:
     launched = gpu[gpu["correlation"].isin(correlations[~np.isnan(correlations)])]
     known = ev["correlation"].to_numpy()[launches]
     lost = int((~gpu["correlation"].isin(known[~np.isnan(known)])).sum())
-    fused = np.array([decode(n).family == FUSED_FAMILY for n in launched["name"]], dtype=bool)
+    fused_names = [n for n in pd.unique(launched["name"]) if decode(n).family == FUSED_FAMILY]  # once per name
+    fused = launched["name"].isin(fused_names).to_numpy()
     return RotaryWork(
         frames=len(outer),
         frame_name=str(frames["name"].value_counts().index[0]),

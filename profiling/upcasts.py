@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profiling.kernels import KernelInfo, decode
+from profiling.kernels import MAX_NAMES_DECODED, KernelInfo, decode
 from profiling.launches import first_launches, launch_owners
 from profiling.step_breakdown import where_value
 from profiling.structure import END_SLACK_US, lane_codes, structure
@@ -53,9 +53,6 @@ LOST = -2  # a kernel whose launch the trace does not hold
 # Levels climbed from an op to its nn.Module, and from a conversion to its scope: real traces nest
 # 10-30 deep; a crafted one 100,000 deep must not cost a numpy pass per level.
 MAX_CLIMB = 256
-# Distinct kernel names decoded, those with the most time (as `insights.base.MAX_NAMES_DECODED`, which
-# this module cannot import: the insights package imports it).
-MAX_NAMES_DECODED = 1000
 MAX_OPS_LISTED = 12  # ops of one chain named (RMSNorm's has 7)
 
 

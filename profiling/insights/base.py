@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiling.kernels import MAX_NAMES_DECODED
 from profiling.occupancy import whole_number
 from profiling.trace import Trace
 from profiling.windows import FORWARD, WHOLE_TRACE, WindowStats
@@ -23,9 +24,6 @@ from profiling.windows import FORWARD, WHOLE_TRACE, WindowStats
 NAME_IN_PROSE = 120  # characters of a trace's name quoted in a sentence (and in evidence)
 NAME_IN_LIST = 60  # ... in a list of several
 MAX_NAMES_IN_PROSE = 3
-# Distinct GPU activity names a rule decodes, those with the most time: a trace can hold 20,000
-# names, and decoding each costs tens of microseconds in every rule that did it.
-MAX_NAMES_DECODED = 1000
 MAX_NOTES = 10  # notes on skipped values kept in a finding's evidence (their count is kept whole)
 MAX_EVIDENCE_ITEMS = 10  # items of any list in a finding's evidence
 MAX_EVIDENCE_KEYS = 50  # keys of any mapping in it (rules key them by op or kernel name)

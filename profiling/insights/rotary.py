@@ -16,7 +16,9 @@ def unfused_rotary(ev: Evidence) -> Finding | None:
     if work is None or work.kernels_per_call < MIN_KERNELS_PER_CALL or work.gpu_us <= work.fused_us:
         return None
     gpu = work.gpu
-    kinds = gpu["name"].map(lambda name: decode(name).short_name).value_counts()
+    per_name = gpu["name"].value_counts()  # decoded once per distinct name, not per kernel
+    kinds = per_name.groupby([decode(name).short_name for name in per_name.index], sort=False).sum()
+    kinds = kinds.sort_values(ascending=False, kind="stable")
     worst = gpu.loc[gpu["dur"].idxmax()]
     lost = (
         f" The trace lost the launch events of {work.lost_launches:,} GPU events, whose frames are unknown: the share "
