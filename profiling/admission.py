@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,21 +26,24 @@ from attention.budget import size as _gib
 from profiling.reader import MAX_SKELETON_BYTES, Limits, TraceError, inflated, raw_chunks
 
 # Peak RSS growth of an analysis (`analyze_file`, then the tables rounded and the timeline and steps
-# charts drawn, as `/analyze` does) per byte of inflated JSON, and its fixed part. Measured in a
-# fresh process on tests/data/sampled_training_rank0 (a real CUDA training trace, ~360 bytes an
-# event) repeated with shifted times and ids (2026-12-02, 2 cores, other jobs running):
-#     inflated   10.1 MiB    40.5 MiB    101.5 MiB    203.3 MiB
-#     growth     +52 MiB     +159 MiB    +381 MiB     +730 MiB   (3.4 per byte past the first ~30 MiB)
-# tests/profiling/test_admission.py measures it again on every run.
-PEAK_PER_INFLATED_BYTE = 4.0
-# Per event the analysis holds ~1.2 kB at its peak whatever the event's size, so a trace of small
-# events costs more per byte: 12.5x its JSON for 93-byte kernel events, 14x for 82-byte ones without
-# args (2026-12-03, 32 and 64 MiB of them). An event is a JSON object, so the count of `{` in the
-# JSON bounds the events from above, and no escape can hide one (a `{` in a string only adds to
-# the count). Real traces hold 1.8 to 2.3 `{` per event (their args are objects too), so for them this
-# term charges 2-3x what they use: the price of an upper bound that small events cannot slip under.
-PEAK_PER_OBJECT = 1200
-PEAK_BASE_BYTES = 64 * MiB
+# charts drawn, as `/analyze` does) per byte of inflated JSON, and its fixed part. Measured with the
+# typed reader in a fresh process (tests/profiling/test_admission.py's PEAK_CHILD: VmHWM after
+# /proc/self/clear_refs) on `bench.synthetic.replicate` of tests/data/sampled_training_rank0 (a real
+# CUDA training trace, ~336 bytes an event; 2026-12-03, 2 cores, other jobs running):
+#     inflated   18.6 MiB    77.7 MiB    236.5 MiB
+#     growth     +58 MiB     +166 MiB    +444 MiB    (1.75 per byte past the first ~30 MiB; 3.4 before)
+# The read's decode helper (profiling/reader_pool.py, forked past 16 MiB of JSON) holds another
+# ~46 MiB of private memory at most (Private_Dirty at the end of the 236 MiB read): in the fixed part.
+PEAK_PER_INFLATED_BYTE = 2.0
+# Per event the analysis holds ~1 kB at its peak whatever the event's size, so a trace of small events
+# costs more per byte: 10.7x its JSON for 93-byte kernel events, 11.8x for 82-byte ones without args,
+# 9.2x for 85-byte ops (the same child, 16 MiB of each; 991, 972 and 782 bytes an event). The events are
+# counted from above without parsing: every object that is an element of an array opens right after
+# `[` or `,` (JSON allows only blanks between), which no escape can hide, while an `args` object
+# opens after `:` and is not counted. Real traces hold ~1 such `{` per event (they held 2.3 `{` of
+# any kind, which the previous charge counted, charging them 2-4x what they use).
+PEAK_PER_OBJECT = 1100
+PEAK_BASE_BYTES = 112 * MiB
 WAIT_ENV = "ATTENTION_PROFILER_ADMISSION_WAIT"  # seconds an analysis may wait for memory, then it is refused
 DEFAULT_WAIT_S = 300
 
@@ -70,7 +74,7 @@ class AnalysisCost:
 
     inflated_bytes: int
     peak_bytes: int
-    objects: int = 0  # `{` bytes in the JSON: no fewer than its events
+    objects: int = 0  # objects that are array elements (`{` after `[` or `,`): no fewer than its events
 
     def reader_limits(self) -> dict[str, int]:
         """For `load_trace(path, **limits)`: the read may not inflate past what was counted and charged."""
@@ -89,9 +93,28 @@ def analysis_cost(path: str | Path, limits: Limits | None = None) -> AnalysisCos
     limits = limits or Limits()
     chunks = _not_blank_at_length(inflated(raw_chunks(Path(path), limits), limits.inflated_bytes))
     total = objects = 0
+    last = b""  # the last byte before the chunk that was not a blank
     for chunk in chunks:
-        total, objects = total + len(chunk), objects + chunk.count(b"{")
+        total, objects = total + len(chunk), objects + elements_opened(chunk, last)
+        last = chunk.rstrip(_BLANKS)[-1:] or last
     return AnalysisCost(total, analysis_peak_bytes(total, objects), objects)
+
+
+_SPACED_ELEMENT = re.compile(rb"[,\[][ \t\n\r]+\{")
+
+
+_BLANKS = b" \t\n\r"
+
+
+def elements_opened(chunk: bytes, before: bytes = b"") -> int:
+    """How many objects that are array elements open in `chunk`, counted from above: each `{` right after
+    `[` or `,` (blanks between allowed); `before` is the last byte that was not a blank before the chunk."""
+    count = chunk.count(b",{") + chunk.count(b"[{")
+    if any(blank + b"{" in chunk for blank in (b" ", b"\t", b"\n", b"\r")):  # pretty-printed: rarer, slower
+        count += len(_SPACED_ELEMENT.findall(chunk))
+    if before in (b",", b"[") and chunk.lstrip(_BLANKS)[:1] == b"{":  # an opener cut at the chunk's start
+        count += 1
+    return count
 
 
 def _not_blank_at_length(chunks: Iterator[bytes]) -> Iterator[bytes]:

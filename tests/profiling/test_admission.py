@@ -26,9 +26,11 @@ from profiling.admission import (
     analysis_cost,
     analysis_gate,
     analysis_peak_bytes,
+    elements_opened,
 )
 from profiling.reader import MAX_INFLATED_BYTES, Limits, TraceError
 from profiling.trace import load_trace
+from tests.timing_slack import slack
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -89,12 +91,32 @@ def scaled_trace(copies: int, out: Path) -> int:
 def test_cost_counts_the_inflated_json_exactly(name):
     path = DATA / name
     text = gzip.decompress(path.read_bytes())
-    size, braces = len(text), text.count(b"{")
+    size, events = len(text), len(json.loads(text)["traceEvents"])
     cost = analysis_cost(path)
-    assert (cost.inflated_bytes, cost.objects) == (size, braces)
-    assert braces >= len(json.loads(text)["traceEvents"])  # every event is an object
-    assert cost.peak_bytes == PEAK_BASE_BYTES + int(max(PEAK_PER_INFLATED_BYTE * size, PEAK_PER_OBJECT * braces))
+    assert cost.inflated_bytes == size
+    # Every event is an object that is an element of an array; a real trace holds few others (lists of
+    # objects), so the count is close above the events, where all `{` were 2-3 times as many.
+    assert events <= cost.objects <= 1.1 * events + 20
+    assert cost.peak_bytes == PEAK_BASE_BYTES + int(max(PEAK_PER_INFLATED_BYTE * size, PEAK_PER_OBJECT * cost.objects))
     load_trace(path, **cost.reader_limits())  # the read fits the limit the count set
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"traceEvents":[{"ts":1},1,{"ts":2},"},{",{"args":{"a":{}}}]}',
+        b'{"traceEvents": [ {"ts": 1} ,\n\t{"ts": 2},\r\n  {"args": [{}, {}]}]}',
+        b'[{"ts":1},{"ts":2},{"ts":3}]',
+    ],
+    ids=["compact, mixed elements", "pretty-printed", "a bare list"],
+)
+def test_the_event_count_is_never_below_the_objects_in_arrays(text, tmp_path):
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    document = json.loads(text)
+    events = document if isinstance(document, list) else document["traceEvents"]
+    in_arrays = sum(isinstance(e, dict) for e in events) + text.count(b"{}, {}")  # the args' list of two
+    assert analysis_cost(path).objects >= in_arrays
 
 
 def test_plain_json_costs_its_size(tmp_path):
@@ -127,7 +149,7 @@ def test_the_estimate_covers_a_real_analysis_and_is_not_loose(tmp_path):
     inflated = scaled_trace(12, path)  # ~20 MiB, ~58,000 events
     assert analysis_cost(path).inflated_bytes == inflated
     done = subprocess.run(
-        [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=slack(300)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
@@ -152,7 +174,7 @@ def test_the_estimate_covers_the_worst_case_of_small_events(kind, tmp_path):
     path = tmp_path / "small.json.gz"
     path.write_bytes(gzip.compress(b'{"traceEvents": [' + event * (16 * MiB // len(event)) + b'{"ph": "M"}]}', 1))
     done = subprocess.run(
-        [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=slack(300)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     growth = json.loads(done.stdout.strip().splitlines()[-1])["growth"]
@@ -182,7 +204,7 @@ def admit_in_thread(
 
 
 def wait_for(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + slack(timeout)
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
@@ -218,7 +240,7 @@ def test_first_come_first_served_a_big_job_is_not_overtaken():
     threads = [admit_in_thread(gate, 40, log, "small", holds["small"])]
     wait_for(lambda: log == ["small in"])
     threads.append(admit_in_thread(gate, 90, log, "big", holds["big"]))
-    time.sleep(0.1)
+    time.sleep(slack(0.1))  # big queues first (a loaded machine may take longer to start its thread)
     threads.append(admit_in_thread(gate, 10, log, "late", holds["late"]))  # would fit now, but big came first
     time.sleep(0.3)
     assert log == ["small in"]
@@ -236,7 +258,7 @@ def test_a_job_that_can_never_fit_is_refused_at_once_with_the_numbers():
     start = time.monotonic()
     with pytest.raises(AdmissionError) as caught, gate.admit(3 * 1024**3, what="5.0 GiB of JSON"):
         pass
-    assert time.monotonic() - start < 0.1
+    assert time.monotonic() - start < slack(0.1)
     fits = (2 * 1024**3 - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE / 1024**3
     assert str(caught.value) == (
         "trace: analysing 5.0 GiB of JSON needs about 3.0 GiB of memory; this server allows 2.0 GiB for runs and "
@@ -254,7 +276,7 @@ def test_a_busy_server_refuses_after_the_wait_with_the_numbers():
     start = time.monotonic()
     with pytest.raises(AdmissionError) as caught, gate.admit(30 * MiB, wait_s=0.3):
         pass
-    assert 0.3 <= time.monotonic() - start < 1.0
+    assert 0.3 <= time.monotonic() - start < 0.3 + slack(0.7)
     assert str(caught.value) == (
         "trace: the server is busy: runs hold 0 MiB and analyses 80 MiB of 100 MiB and this analysis needs 30 MiB; "
         "waited 0.3 s, try again in a few minutes"
@@ -302,13 +324,18 @@ def test_budget_from_the_environment(monkeypatch):
         budget_bytes()
 
 
-def test_two_of_the_largest_accepted_traces_never_run_at_once(monkeypatch):
-    """The issue's rule, with this machine's real budget: one at a time, or refused with the numbers."""
+def test_two_of_the_largest_accepted_traces_run_at_once_only_where_both_charges_fit(monkeypatch):
+    """With this machine's real budget: one at a time, both where their measured charges fit together
+    (issue 21 made the charge follow the measured peak), or refused with the numbers."""
     monkeypatch.delenv("ATTENTION_PROFILER_MEMORY", raising=False)
     gate, need = AnalysisGate(MemoryBudget(budget_bytes())), analysis_peak_bytes(MAX_INFLATED_BYTES)
     if need > gate.budget_bytes:
         with pytest.raises(AdmissionError, match="^trace: analysing it needs about"), gate.admit(need):
             pass
+        return
+    if 2 * need <= gate.budget_bytes:
+        with gate.admit(need), gate.admit(need, wait_s=0.1):
+            assert gate.in_use_bytes == 2 * need
         return
     with (
         gate.admit(need),
@@ -401,3 +428,12 @@ def test_a_run_or_analysis_larger_than_the_whole_budget_is_refused_at_once(small
         analysis_gate().admit(300 * MiB, wait_s=0),
     ):
         pass
+
+
+def test_the_event_count_is_exact_across_any_chunk_cut():
+    text = b'{"traceEvents": [ {"ts": 1} ,\n\t{"ts": 2},\r\n  {"args": [{}, {"a": {}}]},{},1,{}]}'
+    whole = elements_opened(text)
+    assert whole == 7  # five events and the two objects of the args' list; the `args` objects are not
+    for cut in range(len(text)):
+        head, tail = text[:cut], text[cut:]
+        assert elements_opened(head) + elements_opened(tail, head.rstrip(b" \t\n\r")[-1:]) == whole, cut

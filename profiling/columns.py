@@ -1,0 +1,358 @@
+"""Events into numpy columns: step 4 of the reader (profiling/reader.py), the same for every parser.
+
+A batch of events arrives as `Rows` (dicts from orjson or the stdlib, or typed Structs from msgspec,
+profiling/decode.py); `block_of` turns it into a `Block` without touching any shared state, so a
+worker process can build it; `Columns.append` then interns its strings and object args (one object
+per distinct value) and appends it. Only the fields and `args` keys the analysis reads are kept, and
+names are cut to `MAX_NAME_CHARS` (profiling/names.py) before anything else sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from profiling.names import cut_name
+from profiling.scan import MAX_DISTINCT_ARG_BYTES, MIN_AVERAGE_EVENT_BYTES, MIN_AVERAGE_FREE, Limits, TraceError, _mib
+from profiling.timestamps import MAX_TIME_US
+
+try:  # orjson parses several times faster; the stdlib keeps the CLI working on a bare torch install
+    import orjson
+
+    _loads: Callable[[Any], Any] = orjson.loads
+    _dumps: Callable[[Any], bytes] = orjson.dumps
+    _JSONError: type[Exception] = orjson.JSONDecodeError
+except ImportError:  # pragma: no cover - exercised by tests/test_layering.py in a child without orjson
+    _loads = json.loads
+    _JSONError = json.JSONDecodeError
+
+    def _dumps(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+# args keys lifted into columns, with their column names: the only ones the analysis reads.
+NUMERIC_ARGS = {
+    "correlation": "correlation",
+    "External id": "external_id",
+    "stream": "stream",
+    "device": "device",
+    "registers per thread": "registers",
+    "shared memory": "shared_memory",
+    "est. achieved occupancy %": "occupancy",
+    "blocks per SM": "blocks_per_sm",
+    "bytes": "bytes",
+    "Total Allocated": "total_allocated",
+    "Bytes": "alloc_bytes",
+    "Device Type": "device_type",
+}
+OBJECT_ARGS = {
+    "grid": "grid",
+    "block": "block",
+    "Input Dims": "input_dims",
+    "Input type": "input_type",
+    "Concrete Inputs": "concrete_inputs",  # scalar arguments as text (torch >= 2.1): SDPA's is_causal
+}
+# args key spellings: the one the analysis reads, and the older one (torch 1.8-1.9) read where it is missing.
+OLD_ARG_SPELLINGS = {"External id": "external id", "Input Dims": "Input dims"}
+TEXT_FIELDS = ("name", "cat", "ph")
+# Names are cut here, once per distinct name, so no regex, cache, groupby or table downstream ever
+# sees more than MAX_NAME_CHARS of one (profiling/names.py).
+_TEXT_CUTS: dict[str, Callable[[str], str]] = {"name": cut_name}
+COLUMNS = ["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", *NUMERIC_ARGS.values(), *OBJECT_ARGS.values()]
+_OBJECT_COLUMNS = {*TEXT_FIELDS, "pid", "tid", *OBJECT_ARGS.values()}
+_NONE = type(None)
+# Value types whose batch takes the vectorised path (exact type: a bool is not an int here, as
+# JSON's true is not a number); any other type in a batch sends that field to the per-value path.
+_PLAIN_NUMBERS = frozenset({int, float, _NONE})
+_PLAIN_TEXTS = frozenset({str, _NONE})
+# int and str never compare equal, so one hash table tells them apart; 1 and 1.0 (and True) would not.
+_PLAIN_LANES = frozenset({int, str, _NONE})
+_LANE_TYPES = (str, int, float)
+_EMPTY: dict[str, Any] = {}
+# One object-arg column of a batch: each row's index into the batch's distinct values (-1: none),
+# those values as compact JSON (the key they are shared by) and as parsed.
+ObjectColumn = tuple[np.ndarray, list[bytes], list[Any]]
+# One text column of a batch: each row's index into its distinct texts (the last is the missing text).
+TextColumn = tuple[np.ndarray, list[str]]
+
+
+class Rows(Protocol):
+    """A batch of events as some parser left them; what `block_of` reads of it."""
+
+    def __len__(self) -> int: ...
+
+    def field(self, key: str) -> list[Any]:
+        """The top-level field `key` of each event (None where missing)."""
+        ...
+
+    def numbers(self, key: str) -> np.ndarray:
+        """The numeric args key `key` of each event as float64 (`_numbers`), its old spelling where it is
+        missing or null."""
+        ...
+
+    def objects(self, key: str) -> ObjectColumn:
+        """The object args key `key` of each event, its old spelling where it is missing or null."""
+        ...
+
+    def take(self, rows: list[int]) -> Rows:
+        """These rows only, in this order."""
+        ...
+
+
+class DictRows:
+    """Events parsed into dicts (orjson or the stdlib): the reference every other parser must match."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+        self._args: list[dict[str, Any]] | None = None
+        self._present: set[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def field(self, key: str) -> list[Any]:
+        return [e.get(key) for e in self.events]
+
+    def take(self, rows: list[int]) -> DictRows:
+        return DictRows([self.events[i] for i in rows])
+
+    def _wanted(self, key: str) -> bool:
+        # Only keys some event of the batch has are gathered (one C-level pass over the keys);
+        # a kernel-free batch skips the kernel keys, and so on.
+        if self._args is None:
+            self._args = [a if type(a) is dict else _EMPTY for a in self.field("args")]
+            self._present = set().union(*self._args)
+        return key in self._present or OLD_ARG_SPELLINGS.get(key) in self._present  # type: ignore[operator]
+
+    def numbers(self, key: str) -> np.ndarray:
+        if not self._wanted(key):
+            return np.full(len(self), math.nan)
+        return _numbers(_arg_values(self._args, key))  # type: ignore[arg-type]
+
+    def objects(self, key: str) -> ObjectColumn:
+        if not self._wanted(key):
+            return np.full(len(self), -1, np.intp), [], []
+        return object_codes(_arg_values(self._args, key))  # type: ignore[arg-type]
+
+
+def object_codes(values: list[Any]) -> ObjectColumn:
+    """Parsed values (None: missing) as an ObjectColumn: each distinct value once, by its compact JSON."""
+    codes = np.full(len(values), -1, np.intp)
+    present = [i for i, value in enumerate(values) if value is not None]
+    if not present:
+        return codes, [], []
+    given = [values[i] for i in present]
+    keys = list(map(_dumps, given))
+    index: dict[bytes, int] = {}
+    distinct: list[Any] = []
+    for key, value in zip(keys, given, strict=True):
+        if key not in index:
+            index[key] = len(distinct)
+            distinct.append(value)
+    codes[present] = np.fromiter(map(index.__getitem__, keys), np.intp, count=len(keys))
+    return codes, list(index), distinct
+
+
+@dataclass
+class Block:
+    """One batch's usable events as columns, built without the reader's shared state."""
+
+    seen: int  # elements of the batch, usable or not
+    skipped: int
+    rows: int
+    texts: dict[str, TextColumn]
+    numbers: dict[str, np.ndarray]
+    objects: dict[str, ObjectColumn]
+
+
+def block_of(rows: Rows, seen: int, base: int = 0, absolute: bool = False) -> Block:
+    """The usable rows of a batch of `seen` elements (`rows`: its objects) as columns.
+
+    `ts` are relative to `base` µs (rewritten so by `Rebase`), or `absolute` as the file wrote them."""
+    names = {field: _texts(rows.field(field), _TEXT_CUTS.get(field, str)) for field in TEXT_FIELDS}
+    ph = _decoded(names["ph"])
+    ts, dur = _times(rows.field("ts"), 0 if absolute else base), _times(rows.field("dur"))
+    if absolute and base:
+        ts -= base
+    complete, metadata = ph == "X", ph == "M"
+    # Metadata ("M") events carry no time; every other usable event needs a finite start, and a
+    # duration event also a non-negative duration and a name.
+    usable = metadata | (~np.isnan(ts) & (~complete | ((dur >= 0) & (_decoded(names["name"]) != ""))))
+    keep = np.flatnonzero(usable)
+    if len(keep) < len(rows):
+        rows = rows.take(keep.tolist())
+        names = {field: (codes[keep], texts) for field, (codes, texts) in names.items()}
+        ts, dur, complete = ts[keep], dur[keep], complete[keep]
+    dur = np.where(complete, dur, 0.0)
+    names |= {lane: _lanes(rows.field(lane)) for lane in ("pid", "tid")}
+    numbers = {"ts": ts, "dur": dur, "end": ts + dur}
+    numbers |= {column: rows.numbers(key) for key, column in NUMERIC_ARGS.items()}
+    objects = {column: rows.objects(key) for key, column in OBJECT_ARGS.items()}
+    return Block(seen, seen - len(keep), len(keep), names, numbers, objects)
+
+
+def _decoded(column: TextColumn) -> np.ndarray:
+    codes, texts = column
+    return np.array(texts, dtype=object)[codes]
+
+
+class Columns:
+    """Event columns built one batch at a time; `arrays()` joins them.
+
+    Each field is gathered by one list comprehension per batch, and its values' types are checked
+    per batch (`set(map(type, ...))`, in C): a batch of plain values is converted by numpy and
+    pandas in C, and only a batch holding odd values (a bool, a list, a huge int) takes the
+    per-value path. Further Python-level work is per distinct value, not per event.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        # One growing array per column, resized in place (realloc): the per-batch pieces would be
+        # freed into a fragmented heap that the OS never gets back, doubling the peak RSS.
+        self.data = {name: np.empty(0, object if name in _OBJECT_COLUMNS else np.float64) for name in COLUMNS}
+        self.size = 0
+        self.seen = self.kept = self.skipped = self.distinct_arg_bytes = 0
+        self.ts_base_us = 0  # what the batches' `ts` are relative to (`Rebase`)
+        self.strings: dict[str, str] = {}  # one object per distinct name, category, lane
+        self.values: dict[bytes, Any] = {}  # one object per distinct object-arg value
+
+    def add(self, batch: list[Any], json_bytes: int, absolute: bool = False) -> None:
+        """Append one batch (a parsed list of events); refuse past the event caps.
+
+        Its `ts` are relative to `ts_base_us` (rewritten by `Rebase`), or `absolute` as the file wrote them."""
+        self.count(len(batch), json_bytes)
+        events = [e for e in batch if type(e) is dict]
+        self.append(block_of(DictRows(events), len(batch), self.ts_base_us, absolute), json_bytes, counted=True)
+
+    def count(self, seen: int, json_bytes: int) -> None:
+        """Count `seen` more elements of `traceEvents`; refuse past the event caps."""
+        self.seen += seen
+        if self.seen > self.limits.events:
+            raise TraceError(f"trace: more than {self.limits.events:,} events (the cap); profile fewer steps")
+        # Counts every element, kept or not: tiny ones cost parse time even when they cost no memory.
+        if self.seen > MIN_AVERAGE_FREE and self.seen * MIN_AVERAGE_EVENT_BYTES > json_bytes:
+            raise TraceError(
+                f"trace: {self.seen:,} events in {_mib(json_bytes)} of JSON average "
+                f"{json_bytes / self.seen:.0f} bytes; torch.profiler events take over {MIN_AVERAGE_EVENT_BYTES} "
+                "(the cap on tiny events); not a torch.profiler trace"
+            )
+
+    def append(self, block: Block, json_bytes: int, counted: bool = False) -> None:
+        """Append a batch's block (from `block_of`), its elements counted against the caps unless `counted`."""
+        if not counted:
+            self.count(block.seen, json_bytes)
+        self.skipped += block.skipped
+        self.kept += block.rows
+        if not block.rows:
+            return
+        columns: dict[str, np.ndarray] = dict(block.numbers)
+        columns |= {name: self._interned(texts) for name, texts in block.texts.items()}
+        columns |= {name: self._shared(objects) for name, objects in block.objects.items()}
+        self._append(columns, block.rows)
+
+    def _append(self, block: dict[str, np.ndarray], rows: int) -> None:
+        capacity, end = len(self.data["ts"]), self.size + rows
+        if end > capacity:
+            grown = max(end, capacity + capacity // 4 + 4096)  # at most 25% spare at any time
+            for array in self.data.values():
+                array.resize(grown, refcheck=False)
+        for name, values in block.items():
+            self.data[name][self.size : end] = values
+        self.size = end
+
+    def _interned(self, column: TextColumn) -> np.ndarray:
+        """One string object per distinct text across the whole read."""
+        codes, texts = column
+        strings = self.strings
+        return np.array([strings.setdefault(t, t) for t in texts], dtype=object)[codes]
+
+    def _shared(self, column: ObjectColumn) -> np.ndarray:
+        # One object per distinct value, and a cap on their total size: the shapes of a real trace
+        # repeat every step, while a hostile one could hold a million tiny lists per event.
+        codes, keys, values = column
+        out = np.full(len(codes), None, object)
+        if not keys:
+            return out
+        known = self.values
+        for key, value in zip(keys, values, strict=True):
+            if key not in known:
+                self.distinct_arg_bytes += len(key)
+                if self.distinct_arg_bytes > MAX_DISTINCT_ARG_BYTES:
+                    raise TraceError(
+                        f"trace: the events' {'/'.join(OBJECT_ARGS)} args hold more than "
+                        f"{_mib(MAX_DISTINCT_ARG_BYTES)} of distinct values (the cap)"
+                    )
+                known[key] = value
+        # fromiter keeps each list one object; np.array would make a 2-D array of equal-length lists
+        table = np.fromiter(map(known.__getitem__, keys), dtype=object, count=len(keys))
+        present = codes >= 0
+        out[present] = table[codes[present]]
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The columns, trimmed to the rows read; numbers are float64, NaN where missing or not a number."""
+        for array in self.data.values():
+            array.resize(self.size, refcheck=False)
+        return self.data
+
+
+def _texts(values: list[Any], text: Callable[[str], str]) -> TextColumn:
+    if not set(map(type, values)) <= _PLAIN_TEXTS:  # numbers, bools, lists: only strings are names
+        values = [v if type(v) is str else None for v in values]
+    return _distinct(values, "", text)
+
+
+def _lanes(values: list[Any]) -> TextColumn:
+    # A lane is its id's text: 1 and 1.0 are different lanes, as their text says. A bool or a
+    # container is no lane ("?").
+    if not set(map(type, values)) <= _PLAIN_LANES:
+        values = [str(v) if type(v) in _LANE_TYPES else None for v in values]
+    return _distinct(values, "?", str)
+
+
+def _distinct(values: list[Any], missing: str, text: Callable[[Any], str]) -> TextColumn:
+    """Codes into the distinct texts (`text` of each value), `missing` last, for None."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object))  # None is -1: the last entry
+    return codes, [*map(text, uniques.tolist()), missing]
+
+
+def _arg_values(args: list[dict[str, Any]], key: str) -> list[Any]:
+    old = OLD_ARG_SPELLINGS.get(key)
+    if old is None:
+        return [a.get(key) for a in args]
+    return [value if (value := a.get(key)) is not None else a.get(old) for a in args]
+
+
+def _numbers(values: list[Any]) -> np.ndarray:
+    """float64, NaN where missing, not a number (a bool, a string) or infinite."""
+    out = None
+    if set(map(type, values)) <= _PLAIN_NUMBERS:  # the common case: numbers and None (NaN) only
+        try:
+            out = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer past float64's range
+            out = None
+    if out is None:
+        out = np.array([_float(v) if type(v) is int or type(v) is float else math.nan for v in values], np.float64)
+    out[np.isinf(out)] = np.nan
+    return out
+
+
+def _times(values: list[Any], base: int = 0) -> np.ndarray:
+    """Microseconds since `base`; NaN past MAX_TIME_US from 0, so `ts + dur` and every difference of times
+    stay finite."""
+    out = _numbers(values)
+    out[np.abs(out + base) > MAX_TIME_US] = np.nan
+    return out
+
+
+def _float(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float64's range
+        return math.nan

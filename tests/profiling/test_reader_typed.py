@@ -1,0 +1,227 @@
+"""The typed reader (msgspec, profiling/decode.py) against the reference route (orjson into dicts), field by
+field, on every real trace and on odd values; and the decode helper process (profiling/reader_pool.py).
+
+tests/profiling/test_reader.py checks the default (typed) reader against a plain loop over the JSON; here
+the two routes of the reader must agree exactly, and real traces must take the typed one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import profiling.reader as reader
+from profiling import decode
+from profiling.reader import Limits, RawTrace, Splitter, TraceError, read_text
+from profiling.timestamps import Rebase
+from tests.conftest import DATA
+from tests.timing_slack import TIMING_SLACK
+
+SHARED = Path("/work/shared/traces")
+REAL = sorted(
+    {
+        *DATA.glob("*.json.gz"),
+        *(DATA / "gpu").glob("*.json.gz"),
+        *(DATA / "vintages").glob("*.json"),
+        *(DATA / "plugin_cases").rglob("*.json*"),
+        DATA / "tb_plugin" / "resnet50_num_workers_4.pt.trace.json.gz",
+        DATA / "tb_plugin" / "gpu_metrics_input.json",
+        *SHARED.glob("**/*.json.gz"),
+    }
+)
+
+
+def _same_read(have: RawTrace, want: RawTrace) -> None:
+    assert (have.skipped, have.ts_base_us, have.metadata) == (want.skipped, want.ts_base_us, want.metadata)
+    assert have.columns.keys() == want.columns.keys()
+    for name, column in want.columns.items():
+        # Series.equals: NaN equals NaN, lists compare by value, dtypes must match.
+        assert pd.Series(have.columns[name]).equals(pd.Series(column)), name
+
+
+def _typed_batches(data: bytes) -> tuple[int, int]:
+    """(batches, batches the typed decoder refused) of a trace's text, cut and rebased as the reader does."""
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    splitter, rebase, batches, refused = Splitter(Limits()), Rebase(), 0, 0
+    for at in range(0, len(data), 1 << 20):
+        for batch in splitter.feed(data[at : at + (1 << 20)]):
+            batches += 1
+            refused += decode.typed_rows(rebase(batch)) is None
+    return batches, refused
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_traces_read_the_same_by_both_routes_and_take_the_typed_one(path):
+    data = path.read_bytes()
+    try:
+        want = read_text(data, source=path.name, typed=False)
+    except TraceError as exc:  # a plugin case may be refused on purpose: then by both routes, alike
+        with pytest.raises(TraceError, match=str(exc)[:40].replace("(", r"\(")):
+            read_text(data, source=path.name)
+        return
+    _same_read(read_text(data, source=path.name), want)
+    batches, refused = _typed_batches(data)
+    assert refused == 0, f"{refused} of {batches} batches fell back to the reference route"
+
+
+ODD = {
+    "old spellings": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"external id": 7, "Input dims": [[1, 2]]}}],
+    "both spellings, new null": [
+        {"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"External id": None, "external id": 3, "Input Dims": None}}
+    ],
+    "numbers as text": [{"ph": "X", "name": "a", "ts": "1", "dur": "2", "pid": "7", "args": {"bytes": "12"}}],
+    "numbers as text in args": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"bytes": "12", "stream": "7"}}],
+    "bools": [{"ph": "X", "name": True, "ts": 1, "dur": 2, "pid": True, "tid": False, "args": {"device": True}}],
+    "nulls": [{"ph": None, "name": None, "ts": None, "dur": None, "pid": None, "tid": None, "args": None}],
+    "null args": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": None}],
+    "list args": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": [1, 2]}],
+    "huge ints": [
+        {
+            "ph": "X",
+            "name": "a",
+            "ts": 10**30,
+            "dur": 2,
+            "pid": 2**64,
+            "tid": -(2**63) - 1,
+            "args": {"stream": 10**300, "bytes": -(10**30)},
+        }
+    ],
+    "ints at the int64 edges": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 2**63 - 1, "tid": 2**63}],
+    "float lanes": [{"ph": "X", "name": "a", "ts": 1.5, "dur": 0.25, "pid": 1.0, "tid": 1e20}],
+    "not an object": [1, "x", None, [], {"ph": "X", "name": "a", "ts": 1, "dur": 2}],
+    "lists where text goes": [{"ph": ["X"], "name": ["a"], "cat": {"k": 1}, "ts": 1, "dur": 2}],
+    "nested values of every kind": [
+        {"ph": "X", "name": "k", "cat": "kernel", "ts": 1, "dur": 2, "args": {"grid": [1, 2, 3], "block": "x"}},
+        {"ph": "X", "name": "k", "cat": "kernel", "ts": 3, "dur": 2, "args": {"grid": {"x": 1}, "block": None}},
+        {
+            "ph": "X",
+            "name": "o",
+            "ts": 5,
+            "dur": 1,
+            "args": {"Input type": ["float", ""], "Concrete Inputs": ["", "1"]},
+        },
+        {"ph": "X", "name": "o", "ts": 6, "dur": 1, "args": {"Input Dims": [[2, 3], []], "Input type": 3}},
+    ],
+    "duplicate keys": None,  # written by hand below
+    "nan text": [{"ph": "X", "name": "NaN", "ts": 1, "dur": 2, "args": {"bytes": "NaN"}}],
+    "metadata": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}],
+}
+
+
+def _text(case: str) -> bytes:
+    if case == "duplicate keys":  # the last value wins in both routes
+        event = b'{"ph":"X","name":"a","name":"b","ts":1,"dur":2,"dur":"x","args":{"stream":1,"stream":2}}'
+        return b'{"traceEvents":[' + event + b"]}"
+    return json.dumps({"traceEvents": ODD[case], "deviceProperties": []}).encode()
+
+
+@pytest.mark.parametrize("case", sorted(ODD))
+def test_odd_values_read_as_the_reference_reads_them(case):
+    data = _text(case)
+    _same_read(read_text(data), read_text(data, typed=False))
+
+
+def test_odd_batches_fall_back_and_plain_ones_do_not():
+    assert decode.typed_rows(b'[{"ph":"X","ts":1,"args":{"bytes":"12"}}]') is not None
+    for odd in (b'[{"ts":true}]', b'[{"pid":18446744073709551616}]', b"[1]", b'[{"args":null}]', b'[{"name":1}]'):
+        assert decode.typed_rows(odd) is None, odd
+    # Bytes msgspec would skip unchecked in a key it does not read, but orjson refuses: the reference decides.
+    assert decode.typed_rows(b'[{"x":"\xff"}]') is None
+
+
+def test_a_value_orjson_refuses_inside_a_kept_arg_is_refused_as_the_reference_refuses_it():
+    data = b'{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":2,"args":{"grid":[1e400]}}]}'
+    with pytest.raises(TraceError) as reference:
+        read_text(data, typed=False)
+    with pytest.raises(TraceError) as typed:
+        read_text(data)
+    assert str(typed.value) == str(reference.value)
+
+
+@pytest.fixture
+def helper_always(monkeypatch):
+    """The decode helper from the first batch, on any machine."""
+    monkeypatch.setattr(reader, "START_AFTER_BYTES", 0)
+    monkeypatch.setattr(reader, "helper_wanted", lambda: True)
+
+
+def _children() -> set[str]:
+    return {c for task in Path("/proc/self/task").iterdir() for c in (task / "children").read_text().split()}
+
+
+def _many_batches(copies: int = 3) -> bytes:
+    events = json.loads(gzip.decompress((DATA / "sampled_training_rank0.json.gz").read_bytes()))["traceEvents"]
+    return json.dumps({"traceEvents": events * copies}).encode()
+
+
+def test_the_helper_process_reads_what_one_process_reads(helper_always):
+    data = _many_batches()
+    before = _children()
+    _same_read(read_text(data), read_text(data, typed=False))
+    assert _children() == before  # the helper was reaped
+
+
+def test_an_error_in_a_helper_batch_is_raised_and_the_helper_reaped(helper_always):
+    good = _many_batches(2)
+    bad = good[: len(good) // 2] + b"}}{" + good[len(good) // 2 :]  # valid structure to the scan, not JSON
+    before = _children()
+    with pytest.raises(TraceError):
+        read_text(bad)
+    assert _children() == before
+
+
+def test_a_helper_stops_when_the_reader_is_stopped(helper_always):
+    # The time limit and a leaving client stop a read by raising from the progress callback, between chunks.
+    data = _many_batches()
+    seen: list[set[str]] = []
+
+    def chunks() -> Any:
+        for at in range(0, len(data), 1 << 20):
+            if at > 2 << 20:
+                seen.append(_children())
+                raise TimeoutError("time limit")
+            yield data[at : at + (1 << 20)]
+
+    before = _children()
+    with pytest.raises(TimeoutError):
+        reader._read(chunks(), Limits(), "trace")
+    assert seen and seen[0] - before  # a helper ran...
+    assert _children() == before  # ...and is gone
+
+
+def test_a_helper_exits_when_its_parent_is_killed(tmp_path):
+    code = (
+        "import os, sys, time\n"
+        "import profiling.reader_pool as pool\n"
+        "h = pool.DecodeHelper('t')\n"
+        "print(h.pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    import subprocess
+    import sys
+    import time
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=DATA.parents[1])
+    pid = int(done.stdout.split()[0])
+    for _ in range(int(100 * TIMING_SLACK)):  # the orphan is reparented; it must leave once its pipe closes
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the helper outlived its parent")
+
+
+def test_columns_have_the_types_the_analysis_expects():
+    raw = read_text(_text("nested values of every kind"))
+    assert raw.columns["grid"][0] == [1, 2, 3] and raw.columns["block"][1] is None
+    assert raw.columns["input_dims"][3] == [[2, 3], []]
+    assert raw.columns["ts"].dtype == np.float64 and raw.columns["name"].dtype == object
