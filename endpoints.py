@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import math
 import os
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
@@ -16,16 +17,20 @@ import gradio as gr
 
 QUEUE_SIZE = int(os.environ.get("ATTENTION_PROFILER_QUEUE", "16"))
 RUN_TIME_LIMIT_S = float(os.environ.get("ATTENTION_PROFILER_TIME_LIMIT", "300"))
-# ZeroGPU reserves the GPU for the duration a request asks for: a run's share of the time limit,
-# a sweep or comparison at most the one limit they share, plus a margin for import and export.
-GPU_SECONDS_PER_RUN, GPU_MARGIN_S = 60, 30
+# ZeroGPU reserves the GPU for the duration a request asks for: a run's share of the time limit and
+# its unprofiled timing loops (the forward's, and in training the backward's: each at most the timing
+# budget), a sweep or comparison at most the one limit they share, plus a margin for import and export.
+GPU_SECONDS_PER_RUN, GPU_MARGIN_S, TIMING_LOOPS_PER_RUN = 60, 30, 2
 # How many outputs each generator handler has: it yields "no change" to all of them while it waits.
 PROFILE_OUTPUTS, COMPARE_OUTPUTS, SWEEP_OUTPUTS, ANALYZE_OUTPUTS = 7, 3, 2, 8
 
 
 def gpu_seconds(runs: int) -> int:
-    """The GPU time to reserve for `runs` runs that share one time limit."""
-    return int(min(RUN_TIME_LIMIT_S, runs * GPU_SECONDS_PER_RUN) + GPU_MARGIN_S)
+    """The GPU time to reserve for `runs` runs that share one time limit, their timing loops included."""
+    from profiling.timing import timing_budget_s
+
+    per_run = GPU_SECONDS_PER_RUN + TIMING_LOOPS_PER_RUN * timing_budget_s()
+    return math.ceil(min(RUN_TIME_LIMIT_S, runs * per_run) + GPU_MARGIN_S)
 
 
 def _profile_seconds(*args: Any, **kwargs: Any) -> int:

@@ -9,7 +9,6 @@ median latency with (forwards per call) x (unprofiled forward time) measured in 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import socket
 import statistics
@@ -28,14 +27,16 @@ import app
 from attention import AttentionSpec
 from bench.timing import timer_ms
 from profiling import runner
+from profiling.run_time import timing_loop_s
+from profiling.timing import timing_budget_s
 
 PROFILED_FORWARDS = runner.WARMUP_CALLS + runner.WAIT + runner.WARMUP + runner.ACTIVE
 
 
 def forwards_per_call(forward_ms: float) -> int:
     """What the runner runs: warm-up and scheduled forwards, then its unprofiled timing loop."""
-    timed = math.ceil(runner.UNPROFILED_MIN_S * 1e3 / forward_ms)
-    return PROFILED_FORWARDS + min(runner.UNPROFILED_MAX_CALLS, max(runner.UNPROFILED_CALLS, timed))
+    call_s = forward_ms / 1e3
+    return PROFILED_FORWARDS + round(timing_loop_s(call_s, timing_budget_s()) / call_s)
 
 
 def main() -> None:

@@ -24,7 +24,10 @@ SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
 PRACTICE_FIELDS = ("mode", "kv_heads", "q_len", "mask", "window", "valid_len")
 KERNEL_ROWS = 20  # kernels printed by `analyze` unless --top says otherwise
 KERNEL_NAME_WIDTH = 70
-QUIET_KEYS = ("insights", "findings", "per_forward_ops", "per_forward_kernels", "per_backward_kernels", "gpus")
+QUIET_KEYS = (
+    *("insights", "findings", "per_forward_ops", "per_forward_kernels", "per_backward_kernels", "gpus"),
+    *("forward_ms_stats", "backward_ms_stats"),  # 200 samples each: --json has them
+)
 # Whole terminal sequences, 7- and 8-bit: CSI (`ESC [`, 0x9b) up to its final byte; OSC, DCS, SOS,
 # PM and APC strings up to their terminator (BEL or ST), or to the end when it never comes, as a
 # terminal would swallow them; any other `ESC` with its intermediates and final byte. Possessive

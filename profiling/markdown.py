@@ -13,6 +13,7 @@ import string
 from typing import Any
 
 from profiling.insights import Insight
+from profiling.timing import stats_from_dict
 
 _PUNCTUATION = re.compile("([" + re.escape(string.punctuation) + "])")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]+")
@@ -95,13 +96,27 @@ def _throughput(summary: dict[str, Any]) -> str:
     return f"{summary.get('achieved_tflops', 0):.3f} TFLOP/s" + (f" ({percent:.1f}% of peak)" if percent else "")
 
 
+def _timed(summary: dict[str, Any], name: str) -> str:
+    """`name`'s unprofiled wall clock as median ± half the IQR, marked where its cv says it is noisy; a
+    summary made before the spread was kept shows its lone median."""
+    stats = stats_from_dict(summary.get(f"{name}_ms_stats"))
+    if stats is None:
+        return _ms(summary.get(f"{name}_unprofiled_ms"))
+    figure = f"{stats.median:.3f} ± {stats.half_iqr:.3f} ms"
+    return f"≈ {figure} (noisy, cv {100 * stats.cv:.0f}%)" if stats.noisy else figure
+
+
+# Forward and backward are both read from the unprofiled loop, on CPU and GPU alike, so their ratio
+# means something: never a profiled backward beside an unprofiled forward.
+TIMED_HOW = "_forward and backward: unprofiled wall clock with device sync, median ± half the IQR of the calls timed_"
+
+
 def metric_cards(summary: dict[str, Any]) -> str:
-    """Profile's headline: one row of the numbers a reader looks for first."""
+    """Profile's headline: one row of the numbers a reader looks for first, then how the times were taken."""
     training = summary.get("mode") == "training"
-    forward = summary.get("forward_device_ms") or summary.get("forward_unprofiled_ms")
     cards = {
-        "forward": _ms(forward),
-        **({"backward": _ms(summary.get("backward_device_ms") or summary.get("backward_cpu_ms"))} if training else {}),
+        "forward (unprofiled)": _timed(summary, "forward"),
+        **({"backward (unprofiled)": _timed(summary, "backward")} if training else {}),
         "kernels / forward": f"{summary.get('kernels_per_forward', 0):g}",
         "peak memory": _mib(summary.get("peak_memory_bytes")),
         **({"saved for backward": _mib(summary.get("saved_for_backward_bytes"))} if training else {}),
@@ -110,4 +125,5 @@ def metric_cards(summary: dict[str, Any]) -> str:
         "backend used": escape(summary.get("backend_used") or summary.get("variant") or "n/a"),
     }
     header = " | ".join(cards)
-    return f"| {header} |\n|{' --- |' * len(cards)}\n| " + " | ".join(f"**{v}**" for v in cards.values()) + " |"
+    row = " | ".join(f"**{v}**" for v in cards.values())
+    return f"| {header} |\n|{' --- |' * len(cards)}\n| {row} |\n\n{TIMED_HOW}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,13 +23,12 @@ import attention
 from attention import AttentionSpec
 from profiling.reader import Progress
 from profiling.roofline import device_name, peak_gbps, peak_tflops
+from profiling.timing import TimingStats, time_calls, timing_budget_s
 from profiling.windows import FORWARD
 
 WARMUP_CALLS = 3
-# Forwards timed without the profiler, to show what its per-op overhead adds: at least
-# UNPROFILED_CALLS, and more up to UNPROFILED_MAX_CALLS until UNPROFILED_MIN_S have passed,
-# so a noisy machine gives a median of enough samples.
-UNPROFILED_CALLS, UNPROFILED_MAX_CALLS, UNPROFILED_MIN_S = 5, 50, 0.2
+# After the profiled steps, the forward (and in training the backward) is timed without the profiler
+# by `profiling.timing.time_calls`: its stop rules and budget are there.
 WAIT, WARMUP, ACTIVE = 1, 1, 3  # the profiler schedule; ACTIVE forwards are measured
 
 CPU_OOM = "can't allocate memory"  # what the CPU allocator's RuntimeError says
@@ -52,7 +50,7 @@ class Measurement:
     spec: AttentionSpec
     trace_path: Path
     table_path: Path
-    unprofiled_ms: float  # a forward alone, without the profiler
+    unprofiled_ms: float  # a forward alone, without the profiler: forward_stats' median
     max_abs_error: float
     device_name: str
     torch_version: str
@@ -63,8 +61,10 @@ class Measurement:
     first_call_ms: float  # the spec's first forward in this process, before any warm-up
     first_call_fresh: bool  # False when this process had already run the same spec
     backend_reasons: dict[str, str] = field(default_factory=dict)  # SDPA backends that refuse this call, and why
-    step_unprofiled_ms: float | None = None  # training: forward plus backward, without the profiler
+    step_unprofiled_ms: float | None = None  # training: forward median plus backward median, without the profiler
     max_abs_grad_error: float | None = None  # training: the largest error in dQ, dK, dV against float64
+    forward_stats: TimingStats | None = None  # the forward's unprofiled wall clock, every sample
+    backward_stats: TimingStats | None = None  # training: the backward's, timed alone
 
 
 def run_name(spec: AttentionSpec) -> str:
@@ -138,6 +138,7 @@ def measure(
     attention.preflight(spec)  # CUDA present, supported, fits in memory: else SpecError naming the field
     if spec.device == "cpu":
         keep_freed_cpu_memory()
+    budget_s = timing_budget_s()  # a bad ATTENTION_PROFILER_TIMING_BUDGET_S fails here, before any work
     trace_dir = Path(trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
     deadline = Deadline(time_limit_s)
@@ -149,8 +150,7 @@ def measure(
             first_ms, fresh = _warm_up(run, report, deadline)
             prof, out = _profile(run, report, deadline)
             report(0.8, "timing without the profiler")
-            forward_ms, step_ms = _unprofiled(run)
-            deadline.check("timing")
+            forward_stats, backward_stats = _unprofiled(run, deadline, budget_s)
             report(0.85, "measuring error against float64")
             error, grad_error = _errors(run, out)
     finally:
@@ -161,9 +161,10 @@ def measure(
     gpu = device_name(spec.device)
     tflops, tflops_source = peak_tflops(spec.device, gpu, spec.dtype)
     gbps, gbps_source = peak_gbps(spec.device, gpu)
+    step_ms = forward_stats.median + backward_stats.median if backward_stats else None
     return Measurement(
-        spec, trace_path, table_path, forward_ms, error, gpu, torch.__version__, tflops, tflops_source,
-        gbps, gbps_source, first_ms, fresh, reasons, step_ms, grad_error,
+        spec, trace_path, table_path, forward_stats.median, error, gpu, torch.__version__, tflops, tflops_source,
+        gbps, gbps_source, first_ms, fresh, reasons, step_ms, grad_error, forward_stats, backward_stats,
     )  # fmt: skip
 
 
@@ -250,24 +251,23 @@ def _export(prof: profile, spec: AttentionSpec, stem: Path) -> tuple[Path, Path]
     return trace_path, table_path
 
 
-def _median_ms(call: Callable[[], object], device: str) -> float:
-    """Median wall time of `call` with no profiler attached (synchronised on CUDA)."""
-    times: list[float] = []
-    while len(times) < UNPROFILED_CALLS or (sum(times) < UNPROFILED_MIN_S and len(times) < UNPROFILED_MAX_CALLS):
-        _sync(device)
-        start = time.perf_counter()
-        call()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def _unprofiled(run: attention.Prepared) -> tuple[float, float | None]:
-    """A forward alone, and in training a whole step (forward plus backward), timed without the profiler."""
-    forward_ms = _median_ms(run, run.spec.device)
+def _unprofiled(run: attention.Prepared, deadline: Deadline, budget_s: float) -> tuple[TimingStats, TimingStats | None]:
+    """The forward timed alone without the profiler, and in training the backward timed alone: an
+    untimed forward before each timed backward, so forward and backward are measured the same way."""
+    device = run.spec.device
+    check = functools.partial(deadline.check, "timing")
+    forward = time_calls(run, after=check, budget_s=budget_s, sync=lambda: _sync(device))
     if not run.spec.training:
-        return forward_ms, None
-    return forward_ms, _median_ms(lambda: run.backward(run()), run.spec.device)
+        return forward, None
+    outputs: list[torch.Tensor] = []
+    backward = time_calls(
+        lambda: run.backward(outputs.pop()),
+        before=lambda: outputs.append(run()),
+        after=check,
+        budget_s=budget_s,
+        sync=lambda: _sync(device),
+    )
+    return forward, backward
 
 
 def _warm(forward: Callable[[], torch.Tensor], spec: AttentionSpec) -> torch.Tensor:

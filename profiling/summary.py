@@ -21,6 +21,7 @@ from profiling.kernels import decoded_kernel_time_percent
 from profiling.roofline import memory_roofline, roofline
 from profiling.runner import Measurement
 from profiling.step_breakdown import StepBreakdown, steps_source
+from profiling.timing import TimingStats
 from profiling.trace import Trace
 from profiling.windows import WindowStats
 
@@ -50,7 +51,9 @@ class RunSummary(TypedDict):
     compile: bool
     findings: list[dict[str, Any]]  # the insights as records: rule, title, detail, evidence, gpu_time_percent
     forwards: int
-    forward_unprofiled_ms: float
+    forward_unprofiled_ms: float  # the median of forward_ms_stats
+    # The unprofiled wall-clock loop (profiling/timing.py): n, median, p25, p75, min, max, cv, noisy, samples.
+    forward_ms_stats: dict[str, Any] | None
     flops_per_forward: int
     achieved_tflops: float
     peak_tflops: float
@@ -77,7 +80,9 @@ class RunSummary(TypedDict):
     # Training mode (null in inference).
     backward_cpu_ms: float | None
     backward_device_ms: float | None
-    step_unprofiled_ms: float | None
+    step_unprofiled_ms: float | None  # forward median plus backward median
+    backward_ms_stats: dict[str, Any] | None  # the backward timed alone, an untimed forward before each
+    backward_unprofiled_ms: float | None  # its median
     kernels_per_backward: float | None
     per_backward_kernels: dict[str, float] | None
     saved_for_backward_bytes: int | None
@@ -147,10 +152,13 @@ class TraceSummary(TypedDict):
     idle_breakdown_us: dict[str, dict[str, float]] | None
 
 
+# The timings with their spread (issue 19): the unprofiled loop's statistics; backward's are null in inference.
+TIMING_KEYS = ("forward_ms_stats", "backward_ms_stats", "forward_unprofiled_ms", "backward_unprofiled_ms")
 SUMMARY_KEYS: tuple[str, ...] = (
     *("variant", "backend", "device", "device_name", "dtype", "batch", "heads", "seq_len", "head_dim"),
     *("torch_version", "forward_cpu_ms", "forward_device_ms", "self_cpu_total_ms", "self_device_total_ms"),
     *("kernels_per_forward", "ops_per_forward", "peak_memory_bytes", "max_abs_error", "insights"),
+    *TIMING_KEYS,
 )
 ANALYZE_KEYS: tuple[str, ...] = ("events", "kernel_events", "kernel_time_us", "devices", "insights")
 TIME_DIGITS = 4
@@ -161,7 +169,7 @@ RUN_FIELDS = (
 BACKWARD_KEYS = (
     *("backward_cpu_ms", "backward_device_ms", "step_unprofiled_ms", "kernels_per_backward", "per_backward_kernels"),
     *("peak_memory_backward_bytes", "backward_flops", "backward_tflops", "max_abs_grad_error"),
-    "saved_for_backward_bytes",
+    *("saved_for_backward_bytes", "backward_ms_stats", "backward_unprofiled_ms"),
 )
 FIRST_CALL_NOTICE = 3.0  # a first call slower than this many steady forwards is worth a cause
 
@@ -205,10 +213,15 @@ def _run_keys(run: Measurement) -> dict[str, Any]:
         "torch_version": run.torch_version,
         "max_abs_error": run.max_abs_error,
         "forward_unprofiled_ms": round(run.unprofiled_ms, TIME_DIGITS),
+        "forward_ms_stats": _stats(run.forward_stats),
         "flops_per_forward": spec.flops(),
         "peak_gbps": round(run.peak_gbps, 3),
         "bandwidth_source": run.bandwidth_source,
     }
+
+
+def _stats(stats: TimingStats | None) -> dict[str, Any] | None:
+    return stats.as_dict() if stats is not None else None
 
 
 def _forward_keys(run: Measurement, trace: Trace, forwards: WindowStats, op_table: pd.DataFrame) -> dict[str, Any]:
@@ -267,8 +280,8 @@ def _backward_keys(run: Measurement, forwards: WindowStats, backward: WindowStat
     if not spec.training or backward is None:
         return dict.fromkeys(BACKWARD_KEYS)
     on_cuda = spec.device == "cuda"
-    # The device's time where there is one; on the CPU, a step's unprofiled time less its forward's.
-    unprofiled = run.step_unprofiled_ms - run.unprofiled_ms if run.step_unprofiled_ms else None
+    # The device's time where there is one; on the CPU, the backward timed alone without the profiler.
+    unprofiled = run.backward_stats.median if run.backward_stats else None
     ms = (backward.device_ms if on_cuda else None) or unprofiled
     return {
         # What the forward left allocated for the backward: the output and the tensors autograd saved.
@@ -276,6 +289,8 @@ def _backward_keys(run: Measurement, forwards: WindowStats, backward: WindowStat
         "backward_cpu_ms": round(backward.cpu_ms, TIME_DIGITS),
         "backward_device_ms": _ms(backward.device_ms) if on_cuda else None,
         "step_unprofiled_ms": _ms(run.step_unprofiled_ms),
+        "backward_ms_stats": _stats(run.backward_stats),
+        "backward_unprofiled_ms": _ms(unprofiled),
         "kernels_per_backward": backward.kernels_per_window,
         "per_backward_kernels": per_window_counts(_kernels(backward, on_cuda)["name"], backward.count),
         "peak_memory_backward_bytes": backward.peak_memory_bytes,

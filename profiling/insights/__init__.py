@@ -13,7 +13,17 @@ from typing import Any
 
 import pandas as pd
 
-from profiling.insights import attention, communication, copies, data_quality, host, occupancy, precision, rotary
+from profiling.insights import (
+    attention,
+    communication,
+    copies,
+    data_quality,
+    host,
+    occupancy,
+    precision,
+    rotary,
+    timing,
+)
 from profiling.insights.base import Evidence, Finding, Insight, Rule
 from profiling.insights.copies import copied_bytes_per_window
 from profiling.trace import Trace
@@ -54,9 +64,10 @@ ORDER: tuple[str, ...] = (
     "wrong_alignment",
     "dense_mask_backend",
     "first_call",
+    "noisy_timing",
     "impossible_values",
 )
-FAMILIES = (copies, attention, rotary, precision, occupancy, host, communication, data_quality)
+FAMILIES = (copies, attention, rotary, precision, occupancy, host, timing, communication, data_quality)
 _BY_NAME = {rule.name: rule for family in FAMILIES for rule in family.RULES}
 RULES: tuple[Rule, ...] = tuple(_BY_NAME[name] for name in ORDER)
 MIN_GPU_TIME_PERCENT = 1.0  # a finding about GPU events that hold less of the GPU's time is not worth reading

@@ -1,10 +1,12 @@
 """Real profiled CPU runs reproduce the blog's findings, and the exported files agree."""
 
 import json
+import statistics
 
 import pytest
 
 from attention import AttentionSpec, SpecError
+from profiling import runner, timing
 from profiling.pipeline import profile_attention
 from profiling.runner import ACTIVE, RunError
 from profiling.summary import SUMMARY_KEYS
@@ -120,3 +122,68 @@ def test_cpu_runs_keep_freed_memory_on_glibc():
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt tuning applies to glibc only")
     assert keep_freed_cpu_memory() is True
+
+
+def test_every_run_carries_its_timing_spread(cpu_runs):
+    """The unprofiled loop's samples, and statistics that agree with them by the standard library."""
+    for name, result in cpu_runs.items():
+        summary = result.summary
+        stats = summary["forward_ms_stats"]
+        samples = stats["samples"]
+        assert 1 <= stats["n"] == len(samples) <= timing.MAX_CALLS, name
+        assert stats["median"] == pytest.approx(statistics.median(samples), abs=1e-6), name
+        assert (stats["min"], stats["max"]) == (min(samples), max(samples))
+        assert summary["forward_unprofiled_ms"] == pytest.approx(stats["median"], abs=1e-4)
+        cv = statistics.stdev(samples) / statistics.fmean(samples) if len(samples) > 1 else 0.0
+        assert stats["cv"] == pytest.approx(cv, abs=1e-4) and stats["noisy"] == (stats["cv"] > timing.NOISY_CV)
+        assert summary["backward_ms_stats"] is None and summary["backward_unprofiled_ms"] is None  # inference
+
+
+def test_training_times_the_backward_alone_and_checks_the_deadline(tmp_path, monkeypatch):
+    loops: list[dict] = []
+    stages: list[str] = []
+
+    def spy(call, **hooks):
+        got = timing.time_calls(call, **{**hooks, "budget_s": 0.05})
+        loops.append({"hooks": set(hooks) - {"budget_s"}, "n": got.n})
+        return got
+
+    check = runner.Deadline.check
+    monkeypatch.setattr(runner, "time_calls", spy)
+    monkeypatch.setattr(runner.Deadline, "check", lambda self, stage: (stages.append(stage), check(self, stage))[1])
+    spec = AttentionSpec(seq_len=32, device="cpu", mode="training")
+    summary = profile_attention(spec, tmp_path, worker=Worker(enabled=False)).summary
+    forward, backward = loops
+    assert forward["hooks"] == {"after", "sync"}  # the forward alone
+    assert backward["hooks"] == {"before", "after", "sync"}  # its forward untimed, before each backward
+    assert stages.count("timing") == forward["n"] + backward["n"]  # the deadline, checked after every call
+    fwd, bwd = summary["forward_ms_stats"], summary["backward_ms_stats"]
+    assert (fwd["n"], bwd["n"]) == (forward["n"], backward["n"])
+    assert summary["backward_unprofiled_ms"] == pytest.approx(statistics.median(bwd["samples"]), abs=1e-4)
+    assert summary["step_unprofiled_ms"] == pytest.approx(fwd["median"] + bwd["median"], abs=1e-4)
+    # On the CPU the backward's rate comes from its own unprofiled time, never from a step less a forward.
+    assert summary["backward_tflops"] == pytest.approx(
+        spec.backward_flops() / summary["backward_unprofiled_ms"] / 1e9, rel=1e-3, abs=1e-4
+    )
+
+
+def test_the_time_limit_stops_the_timing_loop(tmp_path, monkeypatch):
+    """A deadline passed during the timing loop ends it with the stage named, not after MAX_CALLS calls."""
+    calls: list[int] = []
+
+    def expire_when_timing(self, stage):
+        if stage == "timing":
+            calls.append(1)
+            raise RunError("time limit: the run passed 0 s during timing; try a smaller shape")
+
+    monkeypatch.setattr(runner.Deadline, "check", expire_when_timing)
+    with pytest.raises(RunError, match="during timing"):
+        profile_attention(AttentionSpec(seq_len=32, device="cpu"), tmp_path, worker=Worker(enabled=False))
+    assert calls == [1]
+
+
+def test_a_bad_timing_budget_is_refused_before_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(timing.BUDGET_ENV, "soon")
+    with pytest.raises(ValueError, match=f"^{timing.BUDGET_ENV}"):
+        runner.measure(AttentionSpec(seq_len=32, device="cpu"), tmp_path)
+    assert not list(tmp_path.iterdir())  # no trace written: nothing ran
