@@ -37,7 +37,7 @@ def main() -> None:
         f"{spec.batch}x{spec.heads}x{spec.seq_len}x{spec.head_dim} {spec.dtype}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        rows, _ = compare(spec, tmp)
+        rows = compare(spec, tmp)
     table = compare_table(rows)
     table["what the trace revealed"] = table["what the trace revealed"].str.slice(0, 60)
     with_device = "forward device (ms)" in table

@@ -10,10 +10,12 @@ from attention import AttentionSpec, SpecError, format_bytes, memory_budget, run
 from profiling.compare import forward_ms
 from profiling.pipeline import profile_attention
 from profiling.runner import Deadline, Progress, RunError
+from profiling.stats import timing_of
 from profiling.worker import Cancelled
 
 MAX_POINTS = 64  # variants x seq_len values in one sweep
 POINT_KEYS = ("forward_ms", "peak_memory_bytes", "kernels_per_forward", "achieved_tflops")
+SPREAD_KEYS = ("forward_ms_p25", "forward_ms_p75", "noisy")  # from the forward's samples; null without them
 
 
 def sweep(
@@ -95,8 +97,22 @@ def _point(
         "status": "ok",
         "reason": None,
         "q_len": spec.q_len,
-        "forward_ms": forward_ms(dict(summary)),
+        **point_times(dict(summary)),
         **{key: summary[key] for key in POINT_KEYS if key != "forward_ms"},  # type: ignore[literal-required]
+    }
+
+
+def point_times(summary: dict[str, Any]) -> dict[str, Any]:
+    """A point's forward time with its spread: the median of the unprofiled samples, their p25 and p75, and
+    whether they are noisy; a summary without samples keeps `forward_ms` with no spread."""
+    timing = timing_of(summary.get("forward_ms_stats"))
+    if timing is None:
+        return {"forward_ms": forward_ms(summary), **dict.fromkeys(SPREAD_KEYS)}
+    return {
+        "forward_ms": round(timing.median, 6),
+        "forward_ms_p25": timing.p25,
+        "forward_ms_p75": timing.p75,
+        "noisy": timing.noisy,
     }
 
 
@@ -108,4 +124,5 @@ def _stopped(label: str, seq_len: int, reason: str) -> dict[str, Any]:
         "reason": reason,
         "q_len": None,
         **dict.fromkeys(POINT_KEYS),
+        **dict.fromkeys(SPREAD_KEYS),
     }

@@ -79,7 +79,7 @@ def test_compare_and_sweep_charts():
     fig = sweep_chart(points)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     guide = next(t for t in fig.data if t.name == "O(S²)")
-    assert list(guide.y) == [1.0, 4.0, 16.0]
+    assert list(guide.y) == pytest.approx([1.0, 4.0, 16.0])
     assert any(t.name == "naive stopped" for t in fig.data)
 
 

@@ -1,9 +1,14 @@
-"""Compare, diff and sweep on real CPU runs."""
+"""Compare, diff and sweep on real CPU runs; compare's speed-ups and lesson on injected timings."""
 
+import random
+import statistics
+
+import numpy as np
 import pytest
 
 from attention import AttentionSpec, SpecError
-from profiling.compare import compare, compare_table
+from profiling.charts import compare_chart
+from profiling.compare import add_speedups, compare, compare_lesson, compare_table, row_label
 from profiling.diff import diff_summaries
 from profiling.sweep import sweep
 
@@ -19,6 +24,21 @@ def test_compare_runs_every_variant_and_explains_the_missing(tmp_path):
     assert table.loc[table["run"] == "sdpa-cudnn", "what the trace revealed"].iloc[0].startswith("unavailable: ")
     assert "forward device (ms)" not in table  # a CPU run has no device time to show
     assert table.loc[table["run"] == "naive", "kernels/forward"].iloc[0] == 6
+    # Speed-ups from the rows' own samples, read back by a plain route.
+    naive = statistics.median(by_name[("naive", "auto")]["forward_ms_stats"]["samples"])
+    for r in rows:
+        if "error" in r:
+            continue
+        own = r["forward_ms_stats"]["samples"]
+        assert r["speedup"] == pytest.approx(naive / statistics.median(own), rel=1e-3)
+        enough = min(len(own), len(by_name[("naive", "auto")]["forward_ms_stats"]["samples"])) >= 5
+        if r["variant"] != "naive" and enough:
+            lo, hi = r["speedup_ci"]
+            assert lo <= r["speedup"] <= hi
+            assert r["speedup_status"] == ("within noise" if lo <= 1 <= hi else "faster" if lo > 1 else "slower")
+        elif r["variant"] != "naive":
+            assert (r["speedup_ci"], r["speedup_status"]) == (None, "no samples")
+    assert table.loc[table["run"] == "naive", "speed-up 95% CI"].iloc[0] == "baseline"
 
 
 def test_diff_naive_to_inplace_is_one_clone_and_its_bytes(cpu_runs):
@@ -84,3 +104,134 @@ def test_diff_refuses_wrong_typed_fields_by_name(cpu_runs, field, value):
     bad = {**cpu_runs["naive"].summary, field: value}
     with pytest.raises(DiffError, match=f"^after: {field}"):
         diff_summaries(cpu_runs["naive"].summary, bad)
+
+
+# Injected timings: rows as /compare returns them, with samples drawn from a fixed seed.
+
+
+def samples(median_ms: float, cv: float, n: int, seed: int) -> list[float]:
+    """`n` log-normal times around `median_ms` with spread `cv` (load makes timings skewed)."""
+    rng = np.random.default_rng(seed)
+    return (median_ms * np.exp(cv * rng.standard_normal(n))).round(6).tolist()
+
+
+def stats(values: list[float]) -> dict:
+    """The `*_ms_stats` dict, built here as the issue defines it, by another route than the code under test."""
+    mean = statistics.mean(values)
+    cv = statistics.stdev(values) / mean if len(values) > 1 else 0.0
+    q = np.percentile(values, [25, 75]).tolist()
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "p25": q[0],
+        "p75": q[1],
+        "min": min(values),
+        "max": max(values),
+        "cv": cv,
+        "noisy": cv > 0.10,
+        "samples": values,
+    }
+
+
+def row(variant: str, backend: str, values: list[float] | None, forward_cpu_ms: float = 1.0) -> dict:
+    summary = {
+        "variant": variant,
+        "backend": backend,
+        "device": "cpu",
+        "kernels_per_forward": 4,
+        "forward_cpu_ms": forward_cpu_ms,
+        "forward_device_ms": None,
+        "self_cpu_total_ms": 1.0,
+        "self_device_total_ms": None,
+        "peak_memory_bytes": 2**20,
+        "max_abs_error": 1e-7,
+        "insights": [],
+    }
+    if values is not None:
+        summary["forward_ms_stats"] = stats(values)
+        summary["forward_unprofiled_ms"] = statistics.median(values)
+    return summary
+
+
+def loop_interval(base: list[float], other: list[float]) -> tuple[float, float]:
+    rnd = random.Random(7)
+    ratios = sorted(
+        statistics.median(rnd.choices(base, k=len(base))) / statistics.median(rnd.choices(other, k=len(other)))
+        for _ in range(3000)
+    )
+    return ratios[75], ratios[2924]
+
+
+def test_speedup_is_the_ratio_of_medians_with_its_interval():
+    naive, inplace, flash = samples(10.0, 0.03, 40, 1), samples(10.0, 0.03, 40, 2), samples(2.5, 0.03, 40, 3)
+    rows = [row("naive", "auto", naive), row("inplace", "auto", inplace), row("sdpa", "flash", flash)]
+    add_speedups(rows)
+    by_run = {row_label(r): r for r in rows}
+    expected = statistics.median(naive) / statistics.median(flash)
+    assert by_run["sdpa-flash"]["speedup"] == pytest.approx(expected, abs=1e-4)
+    assert by_run["sdpa-flash"]["speedup_vs_naive"] == round(by_run["sdpa-flash"]["speedup"], 3)
+    lo, hi = loop_interval(naive, flash)
+    got_lo, got_hi = by_run["sdpa-flash"]["speedup_ci"]
+    assert got_lo == pytest.approx(lo, abs=0.2 * (hi - lo)) and got_hi == pytest.approx(hi, abs=0.2 * (hi - lo))
+    assert by_run["sdpa-flash"]["speedup_status"] == "faster"
+    assert by_run["inplace"]["speedup_status"] == "within noise"
+    assert by_run["naive"]["speedup"] == 1.0 and by_run["naive"]["speedup_status"] == "within noise"
+    lesson = compare_lesson(rows)
+    assert lesson.startswith(f"sdpa-flash is {by_run['sdpa-flash']['speedup']:.3g}× faster than naive (95% CI ")
+    assert "inplace is within noise of naive" in lesson
+
+
+def test_noisy_timings_rank_nothing_within_noise():
+    """Three runs of one distribution under load (cv 40%): no interval excludes 1, nothing is ranked."""
+    rows = [row("naive", "auto", samples(10.0, 0.4, 12, 4))]
+    rows += [row(v, b, samples(10.0, 0.4, 12, s)) for (v, b), s in ((("inplace", "auto"), 5), (("sdpa", "math"), 6))]
+    add_speedups(rows)
+    for r in rows:
+        lo, hi = r["speedup_ci"]
+        assert lo <= 1 <= hi and r["speedup_status"] == "within noise"
+    lesson = compare_lesson(rows)
+    assert "faster" not in lesson and "slower" not in lesson and "noisy" in lesson
+    table = compare_table(rows)
+    assert list(table.columns[-2:]) == ["speed-up 95% CI", "timing"]
+    assert table["timing"].str.contains("noisy").all()
+    fig = compare_chart(rows)
+    forward = fig.data[0]
+    assert all("within noise" in label for label in forward.text[1:]) and "noisy" in fig.layout.title.text
+
+
+def test_a_noisy_row_is_named_noisy_never_faster():
+    """A 4× speed-up whose interval excludes 1 but whose samples are noisy (cv 20%) is not a lesson."""
+    rows = [row("naive", "auto", samples(10.0, 0.02, 30, 8)), row("sdpa", "flash", samples(2.5, 0.2, 30, 9))]
+    add_speedups(rows)
+    assert rows[1]["speedup_status"] == "faster"  # the interval itself excludes 1
+    lesson = compare_lesson(rows)
+    assert "faster" not in lesson and "sdpa-flash: timing noisy, not ranked" in lesson
+    noisy_naive = [row("naive", "auto", samples(10.0, 0.3, 30, 10)), row("sdpa", "flash", samples(2.5, 0.02, 30, 11))]
+    add_speedups(noisy_naive)
+    assert compare_lesson(noisy_naive) == "naive's timing is noisy on this run: no speed-up is claimed"
+
+
+def test_too_few_samples_or_none_rank_nothing():
+    """One call each (a budget spent on one slow call): a 100× ratio, but no interval; old summaries
+    keep their forward_ms ratio, also without one."""
+    rows = [row("naive", "auto", [100.0]), row("sdpa", "flash", [1.0])]
+    add_speedups(rows)
+    assert (rows[1]["speedup"], rows[1]["speedup_ci"], rows[1]["speedup_status"]) == (100.0, None, "no samples")
+    old = [row("naive", "auto", None, forward_cpu_ms=6.0), row("sdpa", "flash", None, forward_cpu_ms=2.0)]
+    add_speedups(old)
+    assert (old[1]["speedup"], old[1]["speedup_ci"], old[1]["speedup_status"]) == (3.0, None, "no samples")
+    assert "faster" not in compare_lesson(old) and "sdpa-flash is too sparsely timed to rank" in compare_lesson(old)
+
+
+def test_chart_draws_the_interval_as_error_bars():
+    naive, flash = samples(10.0, 0.03, 40, 12), samples(2.5, 0.03, 40, 13)
+    rows = [row("naive", "auto", naive), row("sdpa", "flash", flash)]
+    add_speedups(rows)
+    fig = compare_chart(rows)
+    forward = fig.data[0]
+    speedup, (lo, hi) = rows[1]["speedup"], rows[1]["speedup_ci"]
+    assert forward.y[1] == pytest.approx(1 / speedup)
+    assert forward.y[1] + forward.error_y.array[1] == pytest.approx(1 / lo)
+    assert forward.y[1] - forward.error_y.arrayminus[1] == pytest.approx(1 / hi)
+    assert fig.layout.title.text.startswith("sdpa-flash is ")
+    assert f"median {statistics.median(flash):.3f} ms" in forward.hovertext[1]
