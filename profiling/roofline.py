@@ -4,18 +4,19 @@
 the vendors' dense bf16/fp16 tensor-core numbers and HBM bandwidth; elsewhere (a CPU, an
 unknown GPU) the yardsticks are a large matmul and a large copy measured on the same device
 in the same process, as explicit steps of the run (`peak_tflops`, `peak_gbps`), never hidden
-inside a function that looks pure.
+inside a function that looks pure. Those measurements, with their spread, are
+`profiling.calibration`'s: measured once per process, or injected (tests) or loaded from a file.
 """
 
 from __future__ import annotations
 
-import functools
 import platform
 import re
 from dataclasses import dataclass
 
 import torch
-import torch.utils.benchmark as benchmark
+
+from profiling import calibration
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,6 @@ GPU_PEAKS: tuple[GpuPeak, ...] = (
     _peak(r"T4", 65.0, 8.1, 320.0, 40),
 )
 _PATTERNS = tuple((re.compile(rf"(?<![\w]){p.pattern}(?![\w])"), p) for p in GPU_PEAKS)
-MATMUL_SIZE = {"cpu": 1024, "cuda": 8192}
-COPY_BYTES = {"cpu": 64 * 1024**2, "cuda": 1024**3}  # past the caches: a copy this size streams memory
 VENDOR = "vendor peak"
 
 
@@ -92,7 +91,8 @@ def peak_tflops(device: str, name: str, dtype: str) -> tuple[float, str]:
     peak = known_peak_tflops(name, dtype, sm_count(device)) if device == "cuda" else None
     if peak is not None:
         return peak, VENDOR
-    return matmul_tflops(device, dtype), f"measured {MATMUL_SIZE.get(device, 1024)}² matmul"
+    size = calibration.current(device).matmul_size
+    return matmul_tflops(device, dtype), f"measured {size}² matmul"
 
 
 def peak_gbps(device: str, name: str) -> tuple[float, str]:
@@ -100,41 +100,17 @@ def peak_gbps(device: str, name: str) -> tuple[float, str]:
     gpu = known_gpu(name) if device == "cuda" else None
     if gpu is not None:
         return gpu.bandwidth_gbps * _sm_share(gpu, sm_count(device)), VENDOR
-    return copy_gbps(device), f"measured {COPY_BYTES.get(device, COPY_BYTES['cpu']) // 1024**2} MiB copy"
+    return copy_gbps(device), f"measured {calibration.current(device).copy_bytes // 1024**2} MiB copy"
 
 
-@functools.lru_cache(maxsize=4)
 def copy_gbps(device: str) -> float:
-    """GB/s of one large tensor copy here (read plus write), measured once per process and device."""
-    n = COPY_BYTES.get(device, COPY_BYTES["cpu"])
-    src = torch.ones(n // 4, device=device)
-    dst = torch.empty_like(src)
-    timer = benchmark.Timer("dst.copy_(src)", globals={"src": src, "dst": dst}, num_threads=torch.get_num_threads())
-    seconds = timer.blocked_autorange(min_run_time=0.2).median
-    del src, dst
-    _give_back(device)
-    return 2 * n / seconds / 1e9
+    """GB/s of one large tensor copy here (read plus write): the median of this device's calibration."""
+    return calibration.current(device).copy_gbps.median
 
 
-@functools.lru_cache(maxsize=8)
 def matmul_tflops(device: str, dtype: str) -> float:
-    """TFLOP/s of one large square matmul here, measured once per process and device/dtype."""
-    n = MATMUL_SIZE.get(device, 1024)
-    torch_dtype = getattr(torch, dtype)
-    a = torch.randn(n, n, device=device, dtype=torch_dtype)
-    b = torch.randn(n, n, device=device, dtype=torch_dtype)
-    timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
-    seconds = timer.blocked_autorange(min_run_time=0.2).median
-    del a, b
-    _give_back(device)
-    return 2 * n**3 / seconds / 1e12
-
-
-def _give_back(device: str) -> None:
-    """Return the yardstick's cached GPU blocks to the driver: the app process measures its yardsticks
-    for the run-time estimate, and the run's worker process needs that memory."""
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    """TFLOP/s of one large square matmul here: the median of this device's calibration for `dtype`."""
+    return calibration.matmul_rate(device, dtype).median
 
 
 def roofline(flops: int, score_bytes: int, fused: bool, seconds: float, peak: float, source: str) -> dict:

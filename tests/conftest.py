@@ -6,9 +6,13 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from profiling import calibration
+from profiling.calibration import Calibration, Rate
 
 # Before gradio is imported anywhere: its cache, our run store, no analytics, no Hub.
 _SCRATCH = Path(tempfile.mkdtemp(prefix="attention-profiler-tests-"))
@@ -16,6 +20,20 @@ os.environ.setdefault("GRADIO_TEMP_DIR", str(_SCRATCH / "gradio"))
 os.environ.setdefault("ATTENTION_PROFILER_DIR", str(_SCRATCH / "runs"))
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Each run's unprofiled timing loop stops at this budget (default 0.5 s): the tests read its statistics,
+# never its speed, and ~200 runs at 0.5 s would add minutes to the suite. Worker processes inherit it.
+os.environ.setdefault("ATTENTION_PROFILER_TIMING_BUDGET_S", "0.1")
+
+# Fixed yardsticks for the roofline and the run-time estimate, so no test measures this machine's peaks
+# (a loaded machine once read a decode as compute-bound). The order of this 2-core CPU's own figures,
+# measured unloaded (2026-12-03); the file reaches the run's worker processes and CLI subprocesses too.
+CALIBRATION = Calibration(
+    device="cpu",
+    matmul_tflops={"float32": Rate.exact(0.05), "bfloat16": Rate.exact(0.1), "float16": Rate.exact(0.001)},
+    copy_gbps=Rate.exact(10.0),
+)
+(_SCRATCH / "calibration.json").write_text(CALIBRATION.to_json(), encoding="utf-8")
+os.environ[calibration.ENV] = str(_SCRATCH / "calibration.json")
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -24,6 +42,14 @@ GPU_TRACES = ("a100_simple_add", "sampled_training_rank0", "triton_driver_launch
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_SCRATCH, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fixed_calibration() -> Iterator[Calibration]:
+    """The session's injected calibration (CALIBRATION): every test reads these peaks, none measures."""
+    calibration.use(CALIBRATION)
+    yield CALIBRATION
+    calibration.use(None)
 
 
 @pytest.fixture(scope="session")

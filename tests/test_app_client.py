@@ -13,6 +13,7 @@ from gradio_client.exceptions import AppError
 from profiling.summary import ANALYZE_KEYS, SUMMARY_KEYS
 from profiling.trace import load_trace
 from tests.conftest import DATA, ROOT
+from tests.timing_slack import slack
 
 SMALL = dict(batch=1, heads=2, seq_len=64, head_dim=32, dtype="float32", device="cpu", compile=False)
 
@@ -223,7 +224,7 @@ def test_parallel_clients_get_their_own_runs(app_url):
 def test_endpoints_are_mcp_tools(app_url):
     import urllib.request
 
-    with urllib.request.urlopen(app_url + "gradio_api/mcp/schema", timeout=30) as response:
+    with urllib.request.urlopen(app_url + "gradio_api/mcp/schema", timeout=slack(30)) as response:
         tools = {tool["name"]: tool for tool in json.loads(response.read())}
     assert {"profile", "compare", "sweep", "analyze", "diff"} <= set(tools)
     assert {"variant", "backend", "seq_len", "dtype"} <= set(tools["profile"]["inputSchema"]["properties"])

@@ -54,3 +54,116 @@ def test_gpu_check_script_says_plainly_when_there_is_no_gpu(tmp_path):
     assert out.returncode != 0
     assert "gpu_check: device: cuda was asked for, but this machine has no CUDA GPU" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr
+
+
+# --- bench/parse_scale.py and bench/readers.py: the pure parts, and the watcher's peak over several processes
+
+
+def _figures(seconds: float, baseline_mib: float, peak_mib: float, **more: float) -> dict:
+    return {"seconds": seconds, "cpu_s": seconds, "baseline_mib": baseline_mib, "peak_mib": peak_mib} | more
+
+
+def test_parse_scale_sizes_keep_what_fits_and_max_fills_the_limit():
+    import pytest
+
+    from bench.parse_scale import sizes
+
+    mib = 1024**2
+    # 0.1 GiB is 102.4 MiB: 102 copies of 1 MiB fit.
+    assert sizes("1,4,16,64,256,max", 0.1, mib) == [1, 4, 16, 64, 102]
+    assert sizes("4, 1 ,4", 1.0, mib) == [1, 4]  # spaces and repeats
+    assert sizes("max", 0.001, mib) == [1]  # a copy bigger than the limit still runs once
+    assert sizes("8,max", 0.01, 4 * mib) == [2]  # 10.24 MiB holds 2 copies of 4 MiB, not 8
+    with pytest.raises(ValueError, match="at least 1"):
+        sizes("0,4", 1.0, mib)
+
+
+def test_parse_scale_cells_rates_and_peaks():
+    from bench.parse_scale import COLUMNS, format_line, route_cells
+
+    # 100 MB of JSON in 2 s is 50 MB/s, its parse alone (0.5 s) 200 MB/s; 150 MiB of growth over
+    # 10^8 bytes is 150 * 1,048,576 / 10^8 = 1.57x.
+    figures = _figures(2.0, 100.0, 250.0, parse_s=0.5, events=1234, load=1.25)
+    cells = route_cells("orjson", figures, 100_000_000)
+    assert cells == ["orjson.loads into dicts", "2.00", "2.00", "50", "200", "150", "1.57", "1.2", "1,234 events"]
+    header, row = format_line([name for name, _ in COLUMNS]), format_line(cells)
+    assert row.startswith(header[:2] + "orjson") and len(row) == len(header) + len("  1,234 events")
+    assert route_cells("reader", figures, 100_000_000, 1234)[-1] == "1,234 events"
+    assert route_cells("reader", figures, 100_000_000, 1235)[-1] == "1,234 events; MISMATCH: the replica has 1,235"
+    assert route_cells("hta", figures, 100_000_000, 1235)[-1] == "1,234 events kept"  # HTA drops some by design
+    failed = format_line(route_cells("hta", "killed past 300 s", 100_000_000))
+    assert "HTA" in failed and failed.endswith("  killed past 300 s")
+
+
+def test_parse_scale_analysis_notes_say_the_split_and_the_peak_before_drawing():
+    from bench.parse_scale import route_cells
+
+    figures = _figures(3.0, 100.0, 300.0, analysis_s=2.5, draw_s=0.5, peak_before_drawing_mib=200.0)
+    note = route_cells("analysis", figures | {"figure_bytes": 2048}, 2 * 1024**2)[-1]
+    # 100 MiB of growth before drawing over 2 MiB of JSON is 50x.
+    assert note == "analysis 2.50 s + drawing 0.50 s; peak before drawing 50.00x; figures 2 KiB"
+
+
+def test_readers_growth_counts_every_process_of_a_parallel_child():
+    from bench.readers import growth_mib
+
+    assert growth_mib(_figures(1.0, 100.0, 150.0)) == 50.0
+    assert growth_mib(_figures(1.0, 100.0, 150.0, processes=1, tree_mib=900.0)) == 50.0  # one process: VmHWM
+    assert growth_mib(_figures(1.0, 100.0, 150.0, processes=3, tree_mib=500.0)) == 400.0  # workers' memory added
+
+
+def test_parse_scale_markdown_tables_and_verdict():
+    from bench.parse_scale import Size, markdown_tables, verdict
+
+    gib, mib = 1024**3, 1024**2
+    # 1 GiB of JSON in 8 s is 1,073,741,824 / 8 / 10^6 = 134 MB/s; 1,400 MiB of growth is 1.37x it.
+    big = Size(400, 3_000_000, gib, 100 * mib, {"analysis": _figures(8.0, 100.0, 1500.0), "hta": "stopped"})
+    tables = markdown_tables([big])
+    assert "| 400x | 3,000,000 | 1,024.0 | – | – | – | 134 | – |" in tables
+    assert "| 400x | 3,000,000 | 1,024.0 | – | – | – | 1.37 | – |" in tables
+    assert verdict(big).endswith("8.0 s (<= 10 s: PASS); peak 1,400 MiB = 1.37x the JSON (<= 1.5x: PASS)")
+    slow = Size(400, 3_000_000, gib, 100 * mib, {"analysis": _figures(12.0, 100.0, 1700.0)})
+    assert "(<= 10 s: FAIL)" in verdict(slow) and "1.56x the JSON (<= 1.5x: FAIL)" in verdict(slow)
+    assert "FAIL, the analysis has no figures (killed past 300 s)" in verdict(
+        Size(400, 3_000_000, gib, 100 * mib, {"analysis": "killed past 300 s"})
+    )
+    assert "not judged" in verdict(Size(4, 19_420, 6 * mib, mib, {"analysis": _figures(1.0, 10.0, 20.0)}))
+
+
+_PARENT = """
+import subprocess, sys, time, json
+touch = "b = bytearray(%d); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(%s)"  # every page resident
+child = subprocess.Popen([sys.executable, "-c", touch])
+child.wait()
+print(json.dumps({"seconds": 0.0, "cpu_s": 0.0, "baseline_mib": 0.0, "peak_mib": 0.0}))
+"""
+
+
+def test_readers_watched_sees_a_grandchild_peak_and_kills_past_the_limit():
+    from bench.readers import growth_mib, watched
+
+    mib = 1024**2
+    figures = watched([sys.executable, "-c", _PARENT % (200 * mib, "1.0")])
+    assert isinstance(figures, dict) and figures["processes"] == 2
+    assert growth_mib(figures) >= 190  # the grandchild's 200 MiB, touched page by page
+    killed = watched([sys.executable, "-c", _PARENT % (200 * mib, "30")], limit_bytes=100 * mib, timeout_s=20)
+    assert killed == "killed past 0.1 GiB RSS"
+
+
+_FORKS = """
+import json, os, time
+b = bytearray(200 * 1024**2); b[::4096] = b"x" * len(b[::4096])  # resident, then shared with the fork
+if os.fork() == 0:
+    time.sleep(1.0)
+    os._exit(0)
+os.wait()
+print(json.dumps({"seconds": 0.0, "cpu_s": 0.0, "baseline_mib": 0.0, "peak_mib": 0.0}))
+"""
+
+
+def test_readers_watched_counts_pages_a_fork_shares_with_its_parent_once():
+    from bench.readers import growth_mib, watched
+
+    figures = watched([sys.executable, "-c", _FORKS])
+    assert isinstance(figures, dict) and figures["processes"] == 2
+    assert 190 <= growth_mib(figures) < 300  # 200 MiB held once, not once per process

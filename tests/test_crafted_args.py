@@ -33,6 +33,7 @@ from tests.conftest import DATA, ROOT
 from tests.profiling.test_copy_causes import Plain, plain_cause
 from tests.profiling.test_gpu_metrics import plain_occupancy, span_of
 from tests.profiling.test_mutants_occupancy import fill_one_block_at_a_time
+from tests.timing_slack import TIMING_SLACK
 
 A100 = DATA / "a100_simple_add.json.gz"
 TRAINING = DATA / "sampled_training_rank0.json.gz"
@@ -431,4 +432,4 @@ def test_device_lookup_is_not_quadratic():
     """Ten times the devices and entries: a scan per device would take a hundred times as long."""
     small, large = many_devices(2000, 2000), many_devices(20_000, 20_000)
     ratio = _best_seconds(large) / _best_seconds(small)
-    assert ratio < 20, f"10x the devices and entries took {ratio:.1f}x the time"
+    assert ratio < 20 * TIMING_SLACK, f"10x the devices and entries took {ratio:.1f}x the time"  # quadratic: 100x

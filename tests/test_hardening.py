@@ -9,6 +9,7 @@ from gradio_client.utils import QueueError
 
 import endpoints as app
 from tests.conftest import ROOT, _free_port
+from tests.timing_slack import slack
 
 SMALL = ("inplace", "auto", 1, 2, 32, 16, "float32", "cpu")
 
@@ -34,7 +35,7 @@ def served_without_compiler(tmp_path_factory):
         [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + slack(120)
     while True:
         try:
             urllib.request.urlopen(url, timeout=2).read()
@@ -46,14 +47,14 @@ def served_without_compiler(tmp_path_factory):
             time.sleep(0.5)
     yield url
     server.terminate()
-    server.wait(timeout=30)
+    server.wait(timeout=slack(30))
 
 
 def test_python_app_py_serves_the_page(served_without_compiler):
     import json
     import urllib.request
 
-    config = json.loads(urllib.request.urlopen(served_without_compiler + "config", timeout=10).read())
+    config = json.loads(urllib.request.urlopen(served_without_compiler + "config", timeout=slack(10)).read())
     assert config["title"] == "Attention Profiler"
     assert {"profile", "compare", "sweep", "analyze", "diff", "share"} <= {
         d.get("api_name") for d in config["dependencies"]
@@ -84,8 +85,8 @@ def raw_call(app_url, api_name, data):
         data=json.dumps({"data": data}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    event = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
-    return urllib.request.urlopen(f"{app_url}gradio_api/call/{api_name}/{event}", timeout=60).read().decode()
+    event = json.loads(urllib.request.urlopen(request, timeout=slack(30)).read())["event_id"]
+    return urllib.request.urlopen(f"{app_url}gradio_api/call/{api_name}/{event}", timeout=slack(60)).read().decode()
 
 
 def test_a_server_path_in_the_request_is_never_read(app_url, tmp_path):

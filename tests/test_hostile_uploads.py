@@ -18,6 +18,7 @@ from profiling.reader import MAX_DEPTH, MAX_EVENT_BYTES, MIN_AVERAGE_EVENT_BYTES
 from profiling.trace import load_trace
 from tests.conftest import DATA, ROOT
 from tests.test_fuzz import documents
+from tests.timing_slack import slack
 
 
 def _analyze(client, path: Path) -> tuple:
@@ -108,7 +109,7 @@ def test_cli_refuses_dev_zero_with_exit_2():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=slack(120),
         check=False,
     )
     assert done.returncode == 2

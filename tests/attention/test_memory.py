@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from attention import AttentionSpec, memory_estimate
+from tests.timing_slack import slack
 
 CHILD = Path(__file__).with_name("rss_child.py")
 ROOT = Path(__file__).parents[2]
@@ -25,7 +26,7 @@ SHAPE = dict(batch=1, heads=16, seq_len=2048, head_dim=64, device="cpu")
 def _measure(fields: dict, block_bytes: int | None) -> dict:
     args = [sys.executable, str(CHILD), json.dumps(fields)] + ([str(block_bytes)] if block_bytes else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=slack(120), check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -27,6 +27,7 @@ from profiling.kernels import ATTENTION_FAMILIES, decode, decoded_kernel_time_pe
 from profiling.tables import KERNEL_COLUMNS, kernel_table, short_kernel_name
 from profiling.trace import load_trace
 from tests.conftest import DATA, ROOT
+from tests.timing_slack import slack
 
 GPU = DATA / "gpu"
 # README.md of tests/data/gpu: (tensor-core %, fused attention %) read from the raw events by name.
@@ -154,7 +155,7 @@ def test_short_names_of_real_kernels(traces):
 
 def _run(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=slack(timeout)
     )
 
 
@@ -178,7 +179,7 @@ def test_a_doubling_name_is_refused_before_the_demangler_sees_it():
     assert len(cxxfilt.demangle(name)) > 10**7  # unguarded: 27 MB of text (60 steps: never finishes)
     start = time.perf_counter()
     assert demangle(name) == name and decode(name).family == "other"
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < slack(1.0)
 
 
 def test_hostile_names_neither_crash_nor_take_long():
@@ -210,7 +211,7 @@ def test_hostile_names_neither_crash_nor_take_long():
     )
     assert result.returncode == 0, result.stderr
     out = ast.literal_eval(result.stdout)
-    assert len(out) == 6 and all(seconds < 2.0 for _, _, seconds in out)
+    assert len(out) == 6 and all(seconds < slack(2.0) for _, _, seconds in out)
     assert out[0][0] == len("f(int" + "*" * 1019 + ")")  # demangled, on the demangler's own stack
 
 
@@ -245,7 +246,7 @@ def test_random_mangled_names_finish_quickly():
         """
     )
     assert result.returncode == 0, result.stderr
-    assert float(result.stdout) < 30.0
+    assert float(result.stdout) < slack(30.0)
 
 
 def test_without_cxxfilt_names_stay_as_written_and_still_decode():
