@@ -1,20 +1,24 @@
-"""Scaling of the whole upload analysis, beside Holistic Trace Analysis (HTA), on replicas of a real trace.
+"""Reading and analysing big traces: the parsers, our reader, our analysis and HTA side by side, 1x to ~1 GiB.
 
     python bench/parse_scale.py                          # 1x 4x 16x 64x 256x and ~1 GiB of JSON
-    python bench/parse_scale.py --sizes 1,4 --max-gib 0.05 --no-hta    # a quick run
+    python bench/parse_scale.py --sizes 1,4 --max-gib 0.1 --no-hta    # a quick run
     python bench/parse_scale.py --source PATH.json.gz --hta-timeout-s 120 --keep /tmp/replicas
 
 Each size is `bench.synthetic.replicate` of the source (times, correlation/External/flow ids and
-step numbers shifted per copy), written gzipped. For each size, in fresh child processes:
-- ours: `profiling.analysis.analyze_file` on the gzip, as /analyze and the CLI call it, then the
-  figures /analyze draws (timeline and steps chart, serialised as Gradio sends them);
-- HTA 0.5.0 (its own venv, see bench/hta.py): `TraceAnalysis` load + kernel breakdown + temporal
-  breakdown of the same gzip.
-Seconds (wall, and the child's CPU time: the machine may be shared) exclude the interpreter's
-start and imports. Peak RSS is VmHWM from /proc/self/status after the work minus VmHWM after the
-imports (ours: read before drawing, so it is the analysis alone; `draw s` and `fig KiB` are the
-drawing's). HTA sizes stop after one that passes --hta-limit-gib of RSS or --hta-timeout-s, and
-the table says so. `marginal` is events per second beyond 1x: flat when time is linear.
+step numbers shifted per copy), written gzipped. For each size, each route runs on that gzip in a
+fresh child process (bench/readers.py says how each child measures):
+- orjson: inflate, `orjson.loads` into dicts: the parse alone, as today's reader does it;
+- msgspec: inflate, decode into typed Structs (name, ph, cat, ts, dur, pid, tid; args as Raw);
+- reader: `profiling.reader.read_path`, our reader alone, gzip to event columns;
+- analysis: `profiling.analysis.analyze_file` and the figures /analyze draws (timeline and steps
+  chart, serialised as Gradio sends them): our whole analysis end to end;
+- HTA 0.5.0 (its own venv, see bench/hta.py): `TraceAnalysis` load + kernel + temporal breakdown.
+Seconds (wall; CPU s beside it, as the machine may be shared) exclude the interpreter's start and
+imports. MB/s is 10^6 bytes of inflated JSON per wall second, from the gzip file; `parse MB/s` is
+the raw parsers' parse alone, after inflating. Peak is VmHWM after the work minus VmHWM after the
+imports (summed RSS where a child ran several processes). A route stops after the size where it
+passed --limit-gib of RSS or its time limit, and the table says so. `load` is the 1-minute load
+average when the route started. The last lines judge the ~1 GiB size against issue 21's goal.
 """
 
 from __future__ import annotations
@@ -23,129 +27,229 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
+import platform
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.proc import peak_mib, status_kib  # noqa: E402 - after the path above
+from bench.proc import peak_mib  # noqa: E402 - after the path above
+from bench.readers import Figures, child_command, growth_mib, watched  # noqa: E402
 
-GiB, MiB = 1024**3, 1024**2
+GiB, MiB, MB = 1024**3, 1024**2, 10**6
 DEFAULT_SOURCE = ROOT / "tests" / "data" / "sampled_training_rank0.json.gz"
 DEFAULT_SIZES = "1,4,16,64,256,max"
-POLL_S = 0.25
+ROUTES = {
+    "orjson": "orjson.loads into dicts",
+    "msgspec": "msgspec into typed Structs",
+    "reader": "our reader (read_path)",
+    "analysis": "our analysis, end to end",
+    "hta": "HTA load+kernel+temporal",
+}
+HEADS = {"orjson": "orjson → dicts", "msgspec": "msgspec → Structs", "reader": "our reader", "analysis": "our analysis"}
+HEADS |= {"hta": "HTA"}  # the Markdown tables' column heads
+GOAL_S, GOAL_PEAK = 10.0, 1.5  # issue 21: ~1 GiB of JSON analysed end to end in 10 s, peak <= 1.5x the JSON
+COLUMNS = (("route", 28), ("s", 8), ("CPU s", 8), ("MB/s", 8), ("parse MB/s", 11), ("peak MiB", 10))
+COLUMNS += (("peak/JSON", 10), ("load", 6))
 
 
-def child_ours(path: str) -> None:
-    """Run in a fresh interpreter: analyze `path` as /analyze does, print figures as JSON."""
+@dataclass
+class Size:
+    """One replica and what each route measured on it (figures, or a string saying why none)."""
+
+    copies: int
+    events: int
+    json_bytes: int
+    gzip_bytes: int
+    routes: dict[str, Figures | str] = field(default_factory=dict)
+
+
+def child_analysis(path: str) -> None:
+    """Run in a fresh interpreter: analyze `path` and draw its figures as /analyze does; print JSON."""
     from profiling.analysis import analyze_file
     from profiling.charts import timeline, window_chart
 
     baseline = peak_mib()
     start, cpu = time.perf_counter(), time.process_time()
     analysis = analyze_file(path)
-    analysed, cpu = time.perf_counter(), time.process_time() - cpu
-    peak = peak_mib()
+    analysed, peak_before_drawing = time.perf_counter(), peak_mib()
     figures = (timeline(analysis), window_chart(analysis.steps))
     figure_bytes = sum(len(f.to_json()) for f in figures)  # Gradio sends each figure as plotly JSON
-    drawn = time.perf_counter()
-    result = {"seconds": analysed - start, "cpu_s": cpu, "draw_s": drawn - analysed, "figure_bytes": figure_bytes}
-    result |= {"events": len(analysis.trace.events), "baseline_mib": baseline, "peak_mib": peak}
-    print(json.dumps(result | {"peak_with_draw_mib": peak_mib()}))
-
-
-def watched(command: list[str], limit_bytes: float, timeout_s: float) -> dict[str, Any] | str:
-    """Run `command` (which prints one JSON line last); kill it past `limit_bytes` of RSS or `timeout_s`.
-
-    Returns its JSON, or a string saying why there is none.
-    """
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
-        start, why = time.monotonic(), ""
-        while child.poll() is None:
-            if status_kib("VmRSS", child.pid) * 1024 > limit_bytes:
-                why = f"killed past {limit_bytes / GiB:.0f} GiB RSS"
-            elif time.monotonic() - start > timeout_s:
-                why = f"killed past {timeout_s:.0f} s"
-            if why:
-                child.kill()
-                child.wait()
-                return why
-            time.sleep(POLL_S)
-        out.seek(0), err.seek(0)
-        lines = out.read().strip().splitlines()
-        if child.returncode or not lines:
-            tail = err.read().strip().splitlines()
-            return f"failed: {tail[-1][:100] if tail else f'exit {child.returncode}'}"
-        return json.loads(lines[-1])
-
-
-def ours(path: Path) -> dict[str, Any] | str:
-    return watched([sys.executable, __file__, "--child-ours", str(path)], float("inf"), float("inf"))
+    drawn, cpu = time.perf_counter(), time.process_time() - cpu
+    result = {"seconds": drawn - start, "analysis_s": analysed - start, "draw_s": drawn - analysed, "cpu_s": cpu}
+    result |= {"events": len(analysis.trace.events), "figure_bytes": figure_bytes, "baseline_mib": baseline}
+    print(json.dumps(result | {"peak_before_drawing_mib": peak_before_drawing, "peak_mib": peak_mib()}))
 
 
 def sizes(spec: str, max_gib: float, copy_bytes: int) -> list[int]:
     """Copies per size: the listed ones that fit under `max_gib` of JSON, and `max` = as many as fit."""
     largest = max(1, int(max_gib * GiB // copy_bytes))
-    wanted = {largest if s == "max" else int(s) for s in spec.split(",") if s.strip()}
+    wanted = {largest if s.strip() == "max" else int(s) for s in spec.split(",") if s.strip()}
+    if any(n < 1 for n in wanted):
+        raise ValueError(f"--sizes: copies must be at least 1, got {spec!r}")
     return sorted(n for n in wanted if n <= largest)
 
 
-HEADER = (
-    ("size", 6),
-    ("events", 11),
-    ("JSON MiB", 10),
-    ("gzip MiB", 9),
-    ("ours s", 8),
-    ("CPU s", 7),
-    ("events/s", 10),
-    ("vs 1x", 7),
-    ("marginal", 10),
-    ("peak MiB", 9),
-    ("peak/JSON", 10),
-    ("draw s", 8),
-    ("fig KiB", 8),
-    ("HTA s", 8),
-    ("CPU s", 7),
-    ("HTA peak", 9),
-    ("HTA/ours s", 11),
-    ("HTA/ours peak", 14),
-)
+def mb_per_s(json_bytes: int, seconds: float) -> float:
+    """10^6 bytes of JSON per second."""
+    return json_bytes / seconds / MB
 
 
-def row_cells(
-    copies: int, events: int, json_bytes: int, gz_bytes: int, us: Any, hta: Any, base: tuple[int, float]
-) -> list:
-    """One row; `base` is the smallest size's (events, seconds), for the ratio and the marginal rate."""
-    cells: list[str] = [f"{copies}x", f"{events:,}", f"{json_bytes / MiB:,.0f}", f"{gz_bytes / MiB:,.1f}"]
-    if isinstance(us, str):
-        cells += [us] + [""] * 8
+def peak_ratio(figures: Figures, json_bytes: int) -> float:
+    """The work's peak memory over the size of its JSON."""
+    return growth_mib(figures) * MiB / json_bytes
+
+
+def route_cells(route: str, figures: Figures | str, json_bytes: int, replica_events: int | None = None) -> list[str]:
+    """One line of a size's block: COLUMNS' cells, then a note (why there are no figures, or the split).
+
+    `replica_events`, counted as the replica was written, checks every route but HTA's count.
+    """
+    if isinstance(figures, str):
+        return [ROUTES[route], figures]
+    parse = f"{mb_per_s(json_bytes, figures['parse_s']):,.0f}" if "parse_s" in figures else "-"
+    cells = [ROUTES[route], f"{figures['seconds']:.2f}", f"{figures['cpu_s']:.2f}"]
+    cells += [f"{mb_per_s(json_bytes, figures['seconds']):,.0f}", parse, f"{growth_mib(figures):,.0f}"]
+    cells += [f"{peak_ratio(figures, json_bytes):.2f}", f"{figures.get('load', 0.0):.1f}"]
+    notes = []
+    if "draw_s" in figures:
+        before = (figures["peak_before_drawing_mib"] - figures["baseline_mib"]) * MiB / json_bytes
+        notes += [f"analysis {figures['analysis_s']:.2f} s + drawing {figures['draw_s']:.2f} s"]
+        notes += [f"peak before drawing {before:.2f}x", f"figures {figures['figure_bytes'] / 1024:,.0f} KiB"]
+    if figures.get("processes", 1) > 1:
+        notes += [f"{figures['processes']} processes"]
+    if figures.get("events") is not None:  # HTA keeps fewer: it drops the events it does not analyse
+        notes += [f"{figures['events']:,} events" + (" kept" if route == "hta" else "")]
+        if route != "hta" and replica_events is not None and figures["events"] != replica_events:
+            notes += [f"MISMATCH: the replica has {replica_events:,}"]
+    return [*cells, "; ".join(notes)]
+
+
+def format_line(cells: list[str]) -> str:
+    """COLUMNS' cells right-aligned (the first left-aligned), then the rest after two spaces."""
+    (_, first), *rest = COLUMNS
+    line = f"  {cells[0]:<{first}}" + "".join(f"{c:>{w}}" for c, (_, w) in zip(cells[1:], rest, strict=False))
+    return line + "".join(f"  {c}" for c in cells[len(COLUMNS) :] if c)
+
+
+def size_heading(size: Size) -> str:
+    return (
+        f"{size.copies}x: {size.events:,} events, {size.json_bytes / MiB:,.1f} MiB of JSON "
+        f"({size.json_bytes / MB:,.1f} MB), {size.gzip_bytes / MiB:,.1f} MiB gzip"
+    )
+
+
+def markdown_tables(results: list[Size]) -> str:
+    """MB/s and peak/JSON of every route at every size, as the two Markdown tables docs/benchmarks.md holds."""
+    head = "| size | events | JSON MiB | " + " | ".join(HEADS.values()) + " |"
+    rule = "|---|---:|---:|" + "---:|" * len(ROUTES)
+    tables = []
+    rates = "MB/s of JSON (10^6 bytes a second, from the gzip file; in brackets, the parse alone after inflating)"
+    for title, cell in ((rates, _rate_cell), ("peak / JSON (VmHWM growth over the JSON bytes)", _peak_cell)):
+        lines = [f"{title}:", "", head, rule]
+        for size in results:
+            cells = [f"{size.copies}x", f"{size.events:,}", f"{size.json_bytes / MiB:,.1f}"]
+            cells += [cell(size.routes.get(r, "not run"), size.json_bytes) for r in ROUTES]
+            lines += ["| " + " | ".join(cells) + " |"]
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
+
+
+def _rate_cell(figures: Figures | str, json_bytes: int) -> str:
+    if isinstance(figures, str):
+        return "–"
+    rate = f"{mb_per_s(json_bytes, figures['seconds']):,.0f}"
+    return rate + (f" ({mb_per_s(json_bytes, figures['parse_s']):,.0f})" if "parse_s" in figures else "")
+
+
+def _peak_cell(figures: Figures | str, json_bytes: int) -> str:
+    return "–" if isinstance(figures, str) else f"{peak_ratio(figures, json_bytes):.2f}"
+
+
+def verdict(size: Size) -> str:
+    """Issue 21's goal judged on `size`: end to end in at most GOAL_S, at a peak of at most GOAL_PEAK x the JSON."""
+    where = f"{size.copies}x, {size.json_bytes / MiB:,.0f} MiB of JSON"
+    if size.json_bytes < 0.9 * GiB:
+        return f"goal (~1 GiB in {GOAL_S:.0f} s at <= {GOAL_PEAK}x): not judged, the largest size here is {where}"
+    ours = size.routes.get("analysis", "not run")
+    if isinstance(ours, str):
+        return f"goal at {where}: FAIL, the analysis has no figures ({ours})"
+    seconds, ratio = ours["seconds"], peak_ratio(ours, size.json_bytes)
+    time_ok, peak_ok = seconds <= GOAL_S, ratio <= GOAL_PEAK
+    return (
+        f"goal at {where}: end to end {seconds:.1f} s (<= {GOAL_S:.0f} s: {'PASS' if time_ok else 'FAIL'}); "
+        f"peak {growth_mib(ours):,.0f} MiB = {ratio:.2f}x the JSON (<= {GOAL_PEAK}x: {'PASS' if peak_ok else 'FAIL'})"
+    )
+
+
+def machine() -> str:
+    """CPU model, cores, memory and Python: the 'machine' of the docs' 'how it was made'."""
+    models = [line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")]
+    mem_kib = next((int(line.split()[1]) for line in _lines("/proc/meminfo") if line.startswith("MemTotal")), 0)
+    model = models[0] if models else platform.machine()
+    return f"{model}, {os.cpu_count()} CPUs, {mem_kib / 1024**2:.0f} GiB, Python {platform.python_version()}"
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
+
+
+def measure(route: str, path: Path, args: argparse.Namespace) -> Figures | str:
+    """One route on one replica, in a fresh child process, within the limits of `args`."""
+    load = os.getloadavg()[0]
+    if route == "hta":
+        from bench.hta import hta_timing_command
+
+        figures = watched(hta_timing_command(path), args.hta_limit_gib * GiB, args.hta_timeout_s)
+    elif route == "analysis":
+        command = [sys.executable, str(Path(__file__).resolve()), "--child-analysis", str(path)]
+        figures = watched(command, args.limit_gib * GiB, args.timeout_s)
     else:
-        rate, grown = events / us["seconds"], us["peak_mib"] - us["baseline_mib"]
-        # Events per extra second beyond the smallest size: flat when time is fixed cost + linear.
-        extra = us["seconds"] - base[1]
-        marginal = f"{(events - base[0]) / extra:,.0f}" if events > base[0] and extra > 0 else "-"
-        cells += [f"{us['seconds']:.1f}", f"{us['cpu_s']:.1f}", f"{rate:,.0f}", f"{rate / (base[0] / base[1]):.2f}"]
-        cells += [marginal, f"{grown:,.0f}"]
-        cells += [f"{grown * MiB / json_bytes:.2f}", f"{us['draw_s']:.1f}", f"{us['figure_bytes'] / 1024:,.0f}"]
-    if isinstance(hta, str):
-        cells += [hta]
-    elif not isinstance(us, str):
-        hta_grown = hta["peak_mib"] - hta["baseline_mib"]
-        cells += [f"{hta['seconds']:.1f}", f"{hta['cpu_s']:.1f}", f"{hta_grown:,.0f}"]
-        cells += [f"{hta['seconds'] / us['seconds']:.1f}"]
-        cells += [f"{hta_grown / (us['peak_mib'] - us['baseline_mib']):.1f}"]
-    return cells
+        figures = watched(child_command(route, path), args.limit_gib * GiB, args.timeout_s)
+    return figures if isinstance(figures, str) else figures | {"load": load}
 
 
-def print_row(cells: list[str]) -> None:
-    line = "".join(f"{c:>{w}}" if len(c) < w else f"  {c}" for c, (_, w) in zip(cells, HEADER, strict=False))
-    print(line + "".join(f"  {c}" for c in cells[len(HEADER) :]), flush=True)
+def run(args: argparse.Namespace) -> list[Size]:
+    """Every size, every route; prints each size's block as it is measured, then the tables and the verdict."""
+    from bench.synthetic import replicate
+
+    with tempfile.TemporaryDirectory() as folder:  # one copy as the replica writes it (compact JSON)
+        copy_bytes = replicate(args.source, 1, Path(folder) / "one.json.gz")[1]
+    plan = sizes(args.sizes, args.max_gib, copy_bytes)
+    routes = [r for r in ROUTES if r != "hta" or not args.no_hta]
+    print(f"{args.source.name} replicated {', '.join(f'{n}x' for n in plan)}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
+    print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"command: python bench/parse_scale.py {' '.join(sys.argv[1:])}", flush=True)
+    stopped: dict[str, str] = {}
+    results: list[Size] = []
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory() as folder:
+        for copies in plan:
+            path = Path(folder) / f"{args.source.name.split('.')[0]}_{copies}x.json.gz"
+            events, json_bytes = replicate(args.source, copies, path)
+            size = Size(copies, events, json_bytes, path.stat().st_size)
+            print("\n" + size_heading(size))
+            print(format_line([name for name, _ in COLUMNS]), flush=True)
+            for route in routes:
+                figures = stopped.get(route) or measure(route, path, args)
+                if isinstance(figures, str) and route not in stopped:  # bigger sizes would fare no better
+                    stopped[route] = f"stopped: at {copies}x it was {figures}"
+                size.routes[route] = figures
+                print(format_line(route_cells(route, figures, json_bytes, events)), flush=True)
+            results.append(size)
+            if not args.keep:
+                path.unlink()
+    print("\n" + markdown_tables(results) + "\n")
+    print(verdict(results[-1]), flush=True)
+    return results
 
 
 def main() -> None:
@@ -153,50 +257,18 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="a real trace to replicate")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="copies, comma-separated; max: fill --max-gib")
     parser.add_argument("--max-gib", type=float, default=1.0, help="largest replica, GiB of JSON (inflated)")
+    parser.add_argument("--limit-gib", type=float, default=6.0, help="kill a route's child past this RSS")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="kill a route's child past this wall time")
     parser.add_argument("--no-hta", action="store_true", help="skip HTA")
-    parser.add_argument("--hta-limit-gib", type=float, default=10.0, help="kill HTA past this RSS")
+    parser.add_argument("--hta-limit-gib", type=float, default=6.0, help="kill HTA past this RSS")
     parser.add_argument("--hta-timeout-s", type=float, default=300.0, help="kill HTA past this wall time")
     parser.add_argument("--keep", type=Path, help="write the replicas to this folder and keep them")
-    parser.add_argument("--child-ours", help=argparse.SUPPRESS)
+    parser.add_argument("--child-analysis", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child_ours:
-        child_ours(args.child_ours)
+    if args.child_analysis:
+        child_analysis(args.child_analysis)
         return
     run(args)
-
-
-def run(args: argparse.Namespace) -> None:
-    from bench.hta import hta_timing_command
-    from bench.synthetic import replicate
-
-    with tempfile.TemporaryDirectory() as folder:  # one copy as the replica writes it (compact JSON)
-        copy_bytes = replicate(args.source, 1, Path(folder) / "one.json.gz")[1]
-    plan = sizes(args.sizes, args.max_gib, copy_bytes)
-    print(
-        f"{args.source.name} replicated {', '.join(f'{n}x' for n in plan)}; {time.strftime('%Y-%m-%d')}, "
-        f"{os.cpu_count()} CPUs; peak = VmHWM growth after imports; HTA = load + kernel + temporal breakdown"
-    )
-    print("".join(f"{h:>{w}}" for h, w in HEADER), flush=True)
-    hta_stopped: str | None = "not run (--no-hta)" if args.no_hta else None
-    base: tuple[int, float] | None = None
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-    with contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory() as folder:
-        for copies in plan:
-            path = Path(folder) / f"{args.source.name.split('.')[0]}_{copies}x.json.gz"
-            events, json_bytes = replicate(args.source, copies, path)
-            us = ours(path)
-            if base is None and not isinstance(us, str):
-                base = (events, us["seconds"])
-            hta: Any = hta_stopped
-            if hta is None:
-                limit = args.hta_limit_gib * GiB
-                hta = watched(hta_timing_command(path), limit, args.hta_timeout_s)
-                if isinstance(hta, str):
-                    hta_stopped = f"stopped: at {copies}x HTA was {hta}"
-            print_row(row_cells(copies, events, json_bytes, path.stat().st_size, us, hta, base or (events, 1.0)))
-            if not args.keep:
-                path.unlink()
 
 
 if __name__ == "__main__":

@@ -101,12 +101,27 @@ def test_compare_rows_insights_and_speed(client):
     assert flash["speedup_vs_naive"] == pytest.approx(expected, abs=1e-3) and naive["speedup_vs_naive"] == 1.0
     assert flash["peak_memory_bytes"] < naive["peak_memory_bytes"] / 4  # no score matrix
     assert table["headers"][0] == "run" and json.loads(chart["plot"])["data"]
+    # The spread reaches the client: each ran row has its samples, and a speed-up has its interval and status.
+    for row in (r for r in rows if "error" not in r):
+        stats = row["forward_ms_stats"]
+        assert stats["n"] == len(stats["samples"]) >= 1 and stats["median"] == row["forward_unprofiled_ms"]
+        assert row["speedup_status"] in ("faster", "slower", "within noise", "no samples")
+        if row["speedup_ci"] is not None:
+            lo, hi = row["speedup_ci"]
+            assert lo <= hi and (row["speedup_status"] == "within noise") == (lo <= 1 <= hi)
 
 
 def test_diff_endpoint(client, profiled):
     rows = client.predict(profiled["naive"][0], profiled["inplace"][0], api_name="/diff")
     clone = next(r for r in rows if r["name"] == "aten::clone" and r["kind"] == "op")
     assert clone["change"] == -1 and clone["status"] == "removed"
+    time = next(r for r in rows if r["name"] == "forward time (ms)")
+    assert time["status"] in ("same", "changed", "within noise", "no samples")
+    assert {"change %", "p value", "before p25–p75", "after p25–p75"} <= set(time)
+    if time["status"] in ("changed", "within noise"):  # both runs kept >= 5 samples: the test was made
+        assert 0 <= time["p value"] <= 1
+        changed = time["p value"] < 0.01 and abs(time["change %"]) >= 5
+        assert (time["status"] == "changed") == changed
     with pytest.raises(AppError, match="^before:"):
         client.predict({"not": "a summary"}, profiled["inplace"][0], api_name="/diff")
 
@@ -122,6 +137,9 @@ def test_sweep_endpoint(client):
         ("sdpa-flash", 64, "ok"),
     ]
     assert json.loads(chart["plot"])["layout"]["xaxis"]["type"] == "log"
+    for point in rows:  # each point's median with its interquartile range, and whether it is noisy
+        assert point["forward_ms_p25"] <= point["forward_ms"] <= point["forward_ms_p75"]
+        assert isinstance(point["noisy"], bool)
     with pytest.raises(AppError, match="^seq_lens:"):
         client.predict(["naive"], "64,abc", 1, 2, 32, "float32", "cpu", False, api_name="/sweep")
     with pytest.raises(AppError, match="^seq_lens: give at least one"):
