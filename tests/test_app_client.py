@@ -104,7 +104,8 @@ def test_compare_rows_insights_and_speed(client):
     # The spread reaches the client: each ran row has its samples, and a speed-up has its interval and status.
     for row in (r for r in rows if "error" not in r):
         stats = row["forward_ms_stats"]
-        assert stats["n"] == len(stats["samples"]) >= 1 and stats["median"] == row["forward_unprofiled_ms"]
+        assert stats["n"] == len(stats["samples"]) >= 1
+        assert stats["median"] == pytest.approx(row["forward_unprofiled_ms"], abs=1e-4)  # the key is rounded
         assert row["speedup_status"] in ("faster", "slower", "within noise", "no samples")
         if row["speedup_ci"] is not None:
             lo, hi = row["speedup_ci"]
