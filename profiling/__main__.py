@@ -1,4 +1,4 @@
-"""`python -m profiling {run,compare,sweep,analyze}`: the blog's scripts, headless.
+"""`python -m profiling {run,compare,sweep,analyze,diff}`: the blog's scripts, headless.
 
 Needs only torch and pandas (no gradio, no plotly), so it runs on a bare GPU image.
 Exit status: 0 done, 2 bad input (a message naming the field), 1 a run that started and failed.
@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("trace")
     analyze.add_argument("--json", action="store_true", help="one JSON object: the summary, `kernels` and `ops`")
     analyze.add_argument("--top", type=_top, default=KERNEL_ROWS, help="kernels printed, most time first")
+    diff = sub.add_parser("diff", help="what changed between two Chrome traces of one job (before, after)")
+    diff.add_argument("before")
+    diff.add_argument("after")
+    diff.add_argument("--json", action="store_true", help="one JSON object: every row of the diff")
+    diff.add_argument("--top", type=_top, default=KERNEL_ROWS, help="ops and kernels printed, largest change first")
     return parser
 
 
@@ -233,7 +238,22 @@ def _print_findings(findings: list[dict[str, Any]]) -> None:
         print(f"  - {finding['title']}{where}: {finding['detail']}")
 
 
-COMMANDS = {"run": _run, "compare": _compare, "sweep": _sweep, "analyze": _analyze}
+def _diff(args: argparse.Namespace) -> None:
+    from profiling.trace_diff import diff_files, diff_text
+
+    for field in ("before", "after"):
+        if Path(getattr(args, field)).is_dir():
+            raise UsageError(f"{field}: {getattr(args, field)} is a directory; give a .json or .json.gz file")
+    with TerminalProgress() as progress:
+        diff = diff_files(args.before, args.after, progress=progress)
+    if args.json:
+        _print(diff, True)
+        return
+    for line in diff_text(_plain(diff), args.top):
+        print(plain(line))
+
+
+COMMANDS = {"run": _run, "compare": _compare, "sweep": _sweep, "analyze": _analyze, "diff": _diff}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,13 +36,15 @@ from profiling.reader import MAX_SKELETON_BYTES, Limits, TraceError, inflated, r
 # ~46 MiB of private memory at most (Private_Dirty at the end of the 236 MiB read): in the fixed part.
 PEAK_PER_INFLATED_BYTE = 2.0
 # Per event the analysis holds ~1 kB at its peak whatever the event's size, so a trace of small events
-# costs more per byte: 10.7x its JSON for 93-byte kernel events, 11.8x for 82-byte ones without args,
-# 9.2x for 85-byte ops (the same child, 16 MiB of each; 991, 972 and 782 bytes an event). The events are
+# costs more per byte: 12.3x its JSON for 93-byte kernel events, 13.7x for 82-byte ones without args,
+# 10.4x for 85-byte ops (the same child, 16 MiB of each; 1140, 1120 and 884 bytes an event, re-measured
+# 2026-12-03 after the reader took six more numeric args for the Memory and Module views: 991, 972 and
+# 782 before). The events are
 # counted from above without parsing: every object that is an element of an array opens right after
 # `[` or `,` (JSON allows only blanks between), which no escape can hide, while an `args` object
 # opens after `:` and is not counted. Real traces hold ~1 such `{` per event (they held 2.3 `{` of
 # any kind, which the previous charge counted, charging them 2-4x what they use).
-PEAK_PER_OBJECT = 1100
+PEAK_PER_OBJECT = 1250
 PEAK_BASE_BYTES = 112 * MiB
 WAIT_ENV = "ATTENTION_PROFILER_ADMISSION_WAIT"  # seconds an analysis may wait for memory, then it is refused
 DEFAULT_WAIT_S = 300

@@ -50,6 +50,15 @@ NUMERIC_ARGS = {
     "Total Allocated": "total_allocated",
     "Bytes": "alloc_bytes",
     "Device Type": "device_type",
+    # float64 keeps integers exactly up to 2**53: a Linux address (user space is below 2**47, CUDA's
+    # allocator maps there too) and Python ids (addresses, or small counters) stay exact; memory_view
+    # pairs allocations and frees by this value, so a larger one could merge two addresses there.
+    "Total Reserved": "total_reserved",
+    "Device Id": "device_id",
+    "Addr": "addr",
+    "Python id": "python_id",
+    "Python parent id": "python_parent_id",
+    "Python module id": "python_module_id",
 }
 OBJECT_ARGS = {
     "grid": "grid",

@@ -65,6 +65,12 @@ if msgspec is not None:
         total_allocated: _Number = _arg("Total Allocated")
         alloc_bytes: _Number = _arg("Bytes")
         device_type: _Number = _arg("Device Type")
+        total_reserved: _Number = _arg("Total Reserved")
+        device_id: _Number = _arg("Device Id")
+        addr: _Number = _arg("Addr")
+        python_id: _Number = _arg("Python id")
+        python_parent_id: _Number = _arg("Python parent id")
+        python_module_id: _Number = _arg("Python module id")
         grid: _Raw = NO_RAW
         block: _Raw = NO_RAW
         input_dims: _Raw = _arg("Input Dims", NO_RAW)
@@ -102,6 +108,12 @@ _ATTRIBUTES = {
     "Total Allocated": "total_allocated",
     "Bytes": "alloc_bytes",
     "Device Type": "device_type",
+    "Total Reserved": "total_reserved",
+    "Device Id": "device_id",
+    "Addr": "addr",
+    "Python id": "python_id",
+    "Python parent id": "python_parent_id",
+    "Python module id": "python_module_id",
     "grid": "grid",
     "block": "block",
     "Input Dims": "input_dims",

@@ -23,6 +23,7 @@ from profiling.insights import (
     precision,
     rotary,
     timing,
+    training,
 )
 from profiling.insights.base import Evidence, Finding, Insight, Rule
 from profiling.insights.copies import copied_bytes_per_window
@@ -55,6 +56,10 @@ ORDER: tuple[str, ...] = (
     "blocking_sync",
     "launch_bound",
     "communication",
+    "dataloader_bound",
+    "low_gpu_utilization",
+    "memory_near_capacity",
+    "amp_opportunity",
     "occupancy",
     "no_kernels",
     "profiler_overhead",
@@ -67,7 +72,7 @@ ORDER: tuple[str, ...] = (
     "noisy_timing",
     "impossible_values",
 )
-FAMILIES = (copies, attention, rotary, precision, occupancy, host, timing, communication, data_quality)
+FAMILIES = (copies, attention, rotary, precision, occupancy, host, timing, communication, training, data_quality)
 _BY_NAME = {rule.name: rule for family in FAMILIES for rule in family.RULES}
 RULES: tuple[Rule, ...] = tuple(_BY_NAME[name] for name in ORDER)
 MIN_GPU_TIME_PERCENT = 1.0  # a finding about GPU events that hold less of the GPU's time is not worth reading

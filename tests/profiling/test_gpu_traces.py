@@ -40,7 +40,8 @@ RULES = (
     *("fused_attention", "unfused_attention", "gqa_copy", "mask_rebuilt", "safe_softmax", "wrong_alignment"),
     *("dense_mask_backend", "decode_bound", "backward_memory", "hidden_copy", "fp32_upcast", "occupancy"),
     *("overhead_bound", "communication", "blocking_sync", "launch_bound", "no_kernels", "profiler_overhead"),
-    *("first_call", "impossible_values", "unfused_rotary"),
+    *("first_call", "impossible_values", "unfused_rotary", "noisy_timing"),
+    *("dataloader_bound", "low_gpu_utilization", "memory_near_capacity", "amp_opportunity"),  # issue 22
 )
 FINDING_KEYS = {"rule", "title", "detail", "evidence", "gpu_time_percent"}
 KERNEL_KEYS = {"name", "short_name", "kind", "family", "meaning", "precision", "engine", "count"}
