@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from endpoints import QUEUE_SIZE, analyze, app_error, compare, diff, profile, share, sweep
+from endpoints import QUEUE_SIZE, analyze, app_error, compare, diff, diff_traces, profile, share, sweep
 from traffic import refusing_urls
 
 HISTORY_SIZE = 20  # runs of this session kept for the Diff tab
@@ -298,6 +298,26 @@ def _analyze_tab() -> None:
         concurrency_id="analyze",
         concurrency_limit=2,
     ).success(_overview, [summary, steps], [gpu, breakdown_plot, idle_plot], api_visibility="private")
+    _diff_traces_box()
+
+
+def _diff_traces_box() -> None:
+    """Two traces of one job, before and after a change: what the change did (the plugin's Diff view)."""
+    with gr.Accordion("Diff two traces", open=False):
+        with gr.Row():
+            before = refusing_urls(gr.File(label="before", file_types=[".json", ".gz"], elem_id="diff-before"))
+            after = refusing_urls(gr.File(label="after", file_types=[".json", ".gz"], elem_id="diff-after"))
+        button = gr.Button("Diff")
+        text = gr.Textbox(label="what changed", lines=12, max_lines=40, elem_id="diff-traces-text")
+        found = gr.JSON(label="diff")
+    button.click(
+        diff_traces,
+        [before, after],
+        [found, text],
+        api_name="diff_traces",
+        concurrency_id="analyze",
+        concurrency_limit=2,
+    )
 
 
 def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:

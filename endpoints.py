@@ -22,7 +22,7 @@ RUN_TIME_LIMIT_S = float(os.environ.get("ATTENTION_PROFILER_TIME_LIMIT", "300"))
 # budget), a sweep or comparison at most the one limit they share, plus a margin for import and export.
 GPU_SECONDS_PER_RUN, GPU_MARGIN_S, TIMING_LOOPS_PER_RUN = 60, 30, 2
 # How many outputs each generator handler has: it yields "no change" to all of them while it waits.
-PROFILE_OUTPUTS, COMPARE_OUTPUTS, SWEEP_OUTPUTS, ANALYZE_OUTPUTS = 7, 3, 2, 8
+PROFILE_OUTPUTS, COMPARE_OUTPUTS, SWEEP_OUTPUTS, ANALYZE_OUTPUTS, DIFF_TRACES_OUTPUTS = 7, 3, 2, 8, 2
 
 
 def gpu_seconds(runs: int) -> int:
@@ -372,6 +372,28 @@ def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> Generat
         shown.insights_markdown,
         PlotData(type="plotly", plot=shown.steps_chart_json),
     )
+
+
+def diff_traces(
+    before: str | None, after: str | None, progress: gr.Progress = gr.Progress()
+) -> Generator[tuple, None, None]:
+    """What changed between two uploaded torch.profiler Chrome traces of one job.
+
+    Args:
+        before: a .json or .json.gz Chrome trace from torch.profiler.
+        after: another trace of the same job, after the change.
+
+    Returns the diff (ops and kernels added, removed and changed with Δ and Δ%, the step breakdown, the GPU
+    metrics and the largest growths; times in µs) and the same as a plain-text table.
+    """
+    from profiling.trace_diff import diff_text, diff_uploads
+    from profiling.uploads import analyze_time_limit_s
+
+    paths = _app_file(before, "before"), _app_file(after, "after")
+    found = yield from _while_running(
+        DIFF_TRACES_OUTPUTS, diff_uploads, *paths, analyze_time_limit_s(), _progress(progress)
+    )
+    yield found, "\n".join(diff_text(found))
 
 
 def diff(before: dict, after: dict) -> list[dict]:

@@ -245,7 +245,7 @@ def test_endpoints_are_mcp_tools(app_url):
 
     with urllib.request.urlopen(app_url + "gradio_api/mcp/schema", timeout=slack(30)) as response:
         tools = {tool["name"]: tool for tool in json.loads(response.read())}
-    assert {"profile", "compare", "sweep", "analyze", "diff"} <= set(tools)
+    assert {"profile", "compare", "sweep", "analyze", "diff", "diff_traces"} <= set(tools)
     assert {"variant", "backend", "seq_len", "dtype"} <= set(tools["profile"]["inputSchema"]["properties"])
 
 
@@ -328,3 +328,34 @@ def test_the_readmes_client_example_runs_as_written(app_url, tmp_path):
     assert scope["summary"]["mode"] == "training" and scope["summary"]["kv_heads"] == 2
     assert [p["q_len"] for p in scope["points"]] == [1] * len(scope["points"]) and scope["points"]
     assert scope["analysis"]["kernel_events"] == 79 and len(scope["rows"]) == 8
+
+
+def test_diff_traces_endpoint(client, tmp_path):
+    """Two uploads of one job (naive, then in-place): the copy the change removed is in the diff, by name."""
+    pair = DATA / "cpu_pair"
+    found, text = client.predict(
+        handle_file(str(pair / "before.json.gz")), handle_file(str(pair / "after.json.gz")), api_name="/diff_traces"
+    )
+
+    def calls(path: Path) -> dict[str, int]:  # a plain count of each cpu_op name in the raw JSON
+        counts: dict[str, int] = {}
+        with gzip.open(path) as f:
+            events = json.load(f)["traceEvents"]
+        for e in events:
+            if e.get("cat") == "cpu_op" and e.get("ph") == "X":
+                counts[e["name"]] = counts.get(e["name"], 0) + 1
+        return counts
+
+    before, after = calls(pair / "before.json.gz"), calls(pair / "after.json.gz")
+    removed = {name for name in before if name not in after}
+    assert removed and "aten::clone" in removed
+    rows = {row["name"]: row for row in found["ops"]}
+    assert {name for name, row in rows.items() if row["status"] == "removed"} == removed
+    for name, row in rows.items():
+        assert (row["calls before"], row["calls after"]) == (before.get(name, 0), after.get(name, 0)), name
+    assert "aten::clone" in text and all(len(line) <= 120 for line in text.splitlines())
+    assert json.dumps(found, allow_nan=False)  # JSON-native all through
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(AppError, match="^after:"):
+        client.predict(handle_file(str(pair / "before.json.gz")), handle_file(str(bad)), api_name="/diff_traces")
