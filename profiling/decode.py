@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import numpy as np
 
-from profiling.columns import OLD_ARG_SPELLINGS, ObjectColumn, _dumps, _loads, _numbers
+from profiling.columns import NUMERIC_ARGS, OBJECT_ARGS, OLD_ARG_SPELLINGS, ObjectColumn, _dumps, _loads, _numbers
 
 # A missing number reads as this one NaN object: numpy converts a list of floats many times faster
 # than one holding None, and `list.count` finds it by identity when a whole column is missing.
@@ -93,33 +93,12 @@ if msgspec is not None:
     _DECODER = msgspec.json.Decoder(list[_Event])
     _ERRORS: tuple[type[Exception], ...] = (msgspec.ValidationError, msgspec.DecodeError)
 
-# JSON key -> _Args attribute, for every key the columns read.
+# JSON key -> _Args attribute, for every key the columns read: each attribute is named as its column, and
+# an old spelling (torch 1.8-1.9) as its column with `_old`.
 _ATTRIBUTES = {
-    "correlation": "correlation",
-    "External id": "external_id",
-    "external id": "external_id_old",
-    "stream": "stream",
-    "device": "device",
-    "registers per thread": "registers",
-    "shared memory": "shared_memory",
-    "est. achieved occupancy %": "occupancy",
-    "blocks per SM": "blocks_per_sm",
-    "bytes": "bytes",
-    "Total Allocated": "total_allocated",
-    "Bytes": "alloc_bytes",
-    "Device Type": "device_type",
-    "Total Reserved": "total_reserved",
-    "Device Id": "device_id",
-    "Addr": "addr",
-    "Python id": "python_id",
-    "Python parent id": "python_parent_id",
-    "Python module id": "python_module_id",
-    "grid": "grid",
-    "block": "block",
-    "Input Dims": "input_dims",
-    "Input dims": "input_dims_old",
-    "Input type": "input_type",
-    "Concrete Inputs": "concrete_inputs",
+    **NUMERIC_ARGS,
+    **OBJECT_ARGS,
+    **{old: f"{(NUMERIC_ARGS | OBJECT_ARGS)[new]}_old" for new, old in OLD_ARG_SPELLINGS.items()},
 }
 
 

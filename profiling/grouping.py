@@ -26,7 +26,7 @@ from profiling.kernels import decode
 from profiling.launches import first_launches, launch_owners
 from profiling.names import cut_name
 from profiling.structure import propagate_up, structure
-from profiling.tables import _launched_device_time, merged_into_parent
+from profiling.tables import OP_COLUMNS, launched_device_time, merged_into_parent
 from profiling.trace import Trace
 
 # The plugin's TC_OP_Allowlist (tb_plugin/torch_tb_profiler/profiler/tensor_core.py): ops whose kernels
@@ -52,15 +52,7 @@ STACK_SEPARATOR = " <- "
 MAX_STACK_FRAMES = 16  # innermost frames kept; the rest are dropped behind STACK_MORE
 STACK_MORE = "…"
 
-GROUP_VALUES = [
-    "calls",
-    "self cpu (us)",
-    "total cpu (us)",
-    "avg cpu (us)",
-    "self device (us)",
-    "total device (us)",
-    "avg device (us)",
-]
+GROUP_VALUES = OP_COLUMNS[1:-1]  # the op table's figures, between its name and its kind
 SHAPE_COLUMNS = ["name", "input dims", *GROUP_VALUES]
 STACK_COLUMNS = ["name", "call stack", *GROUP_VALUES]
 KERNEL_GROUP_COLUMNS = [
@@ -188,7 +180,7 @@ def _op_rows(trace: Trace) -> pd.DataFrame:
     child_dur = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(ev))
     self_cpu = np.clip(dur - child_dur, 0, None)
     children = np.bincount(parent[has_parent], minlength=len(ev))
-    self_dev = _launched_device_time(trace)
+    self_dev = launched_device_time(trace)
     total_dev = propagate_up(self_dev, parent, s.depth)
     names = ev["name"].to_numpy()
     representative = merged_into_parent(names, parent, children)

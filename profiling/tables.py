@@ -89,7 +89,7 @@ def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.Data
     children = np.bincount(owner, minlength=len(ev))
     # Each per-event array is freed once used: on a 10M-event trace each one is 80 MB.
     del owner, child_dur
-    self_device = _launched_device_time(trace)
+    self_device = launched_device_time(trace)
     total_device = propagate_up(self_device, parent, s.depth)
     names = ev["name"].to_numpy()
     representative = merged_into_parent(names, parent, children)
@@ -122,7 +122,7 @@ def shared_correlation_launches(trace: Trace) -> int:
     return int((~np.isnan(correlation)).sum()) - len(first_launches(trace))
 
 
-def _launched_device_time(trace: Trace) -> np.ndarray:
+def launched_device_time(trace: Trace) -> np.ndarray:
     """Per event: the device time of the GPU work of the launches it made (`launches.launch_owners`: its
     direct runtime/driver children, or on 2021 traces the launches with its external id), each GPU
     event counted once (`launches.first_launches`)."""

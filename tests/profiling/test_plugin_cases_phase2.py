@@ -3,7 +3,7 @@
 - The plugin's step for a trace without ProfilerSteps (`profiling/fallback_step.py`, through
   `step_breakdown.profiler_steps`): test_no_profilerstep and the distributed cases.
 - Its launch rule on 2021 traces, by `external id` (`profiling/launches.py`, through
-  `tables._launched_device_time` and `tables.launching_ops`): test_external_id, and which op
+  `tables.launched_device_time` and `tables.launching_ops`): test_external_id, and which op
   launched a kernel in test_gpu_utilization and the group-by-kernel cases.
 
 These fail until those functions are called; they are not marked xfail on purpose. Same traces,

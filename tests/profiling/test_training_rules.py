@@ -24,6 +24,7 @@ from profiling.insights.training import (
 )
 from profiling.trace import Trace, load_trace, parse_trace
 from profiling.windows import window_stats
+from tests.gpu_oracle import union as _merge
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RESNET = DATA / "tb_plugin" / "resnet50_num_workers_4.pt.trace.json.gz"
@@ -60,18 +61,6 @@ def _checked(finding: Finding | None) -> Finding:
 
 
 # Plain interval arithmetic over lists, independent of profiling.intervals.
-def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for s, e in sorted(spans):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def _minus(spans: list[tuple[float, float]], cut: list[tuple[float, float]]) -> float:
     """Total length of `spans` (merged) outside `cut` (merged)."""
     left = 0.0
