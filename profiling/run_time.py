@@ -9,8 +9,8 @@ blocks, and not on every device) at a share of this device's matmul rate, plus t
 traffic at its bandwidth (what decode is made of).
 
 The shares are measured, not assumed: CPU, torch 2.13, 2 cores, 1x8xSx64 float32, S from 512 to
-2048, forward time against `roofline.matmul_tflops` (tests/profiling/test_run_time.py holds every
-variant's whole run within 3x of this estimate, both ways). A GPU gets the same shares of its vendor
+2048, forward time against `roofline.matmul_tflops` (`python bench/estimate.py` measures each
+variant's whole run against this estimate; the goal is within 3x, both ways). A GPU gets the same shares of its vendor
 peak: a rough guess there, which the worker's time limit backs up.
 """
 
