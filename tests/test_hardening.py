@@ -70,7 +70,7 @@ def test_failing_compile_is_a_clear_error_and_the_app_goes_on(served_without_com
 
 
 def test_time_limit_is_reported(client, monkeypatch):
-    monkeypatch.setattr(app, "RUN_TIME_LIMIT_S", 0.0)
+    monkeypatch.setattr(app.common, "RUN_TIME_LIMIT_S", 0.0)
     with pytest.raises(AppError, match=r"^time limit: this run would take about \d+ s .* over the 0 s left"):
         client.predict(*SMALL, False, api_name="/profile")
 
@@ -104,17 +104,17 @@ def test_app_file_accepts_only_uploads_and_runs(tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text("{}")
     with pytest.raises(gr.Error) as err:
-        app._app_file(str(outside), "trace")
+        app.app_file(str(outside), "trace")
     assert err.value.message == "trace: only files uploaded to this app or produced by it can be used"
     with pytest.raises(gr.Error) as err:
-        app._app_file(None, "trace")
+        app.app_file(None, "trace")
     assert err.value.message.startswith("trace: upload a")
     run = app.store().new_dir() / "ours.json"
     run.write_text("{}")
-    assert app._app_file(str(run), "trace") == str(run.resolve())
+    assert app.app_file(str(run), "trace") == str(run.resolve())
     sneaky = app.store().root / ".." / "outside.json"
     with pytest.raises(gr.Error):
-        app._app_file(str(sneaky), "trace")
+        app.app_file(str(sneaky), "trace")
 
 
 def test_a_full_queue_says_so_and_serves_the_rest():

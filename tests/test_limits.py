@@ -29,7 +29,7 @@ MARGIN_S = slack(1.5)
 
 
 def test_a_run_that_cannot_finish_in_time_is_refused_at_once_with_the_estimate(client, monkeypatch):
-    monkeypatch.setattr(endpoints, "RUN_TIME_LIMIT_S", 2.0)
+    monkeypatch.setattr(endpoints.common, "RUN_TIME_LIMIT_S", 2.0)
     start = time.monotonic()
     with pytest.raises(AppError, match=r"^time limit: this run would take about \d+ s \(\d+ forwards of ~"):
         client.predict(**LONG, **SHAPE, api_name="/profile")
@@ -45,7 +45,7 @@ def test_a_run_is_stopped_at_its_time_limit_in_any_stage(client, monkeypatch):
     monkeypatch.setattr(profiling.run_time, "FIXED_S", 0.0)
     monkeypatch.setattr(profiling.run_time, "timing_budget_s", lambda: 1e-6)  # the timing loop: one call
     for limit in (0.5, 2.0, 4.0):
-        monkeypatch.setattr(endpoints, "RUN_TIME_LIMIT_S", limit)
+        monkeypatch.setattr(endpoints.common, "RUN_TIME_LIMIT_S", limit)
         start = time.monotonic()
         with pytest.raises(AppError, match=rf"^time limit: the run passed {limit:g} s during "):
             client.predict(**LONG, **SHAPE, api_name="/profile")
@@ -56,7 +56,7 @@ def test_a_run_is_stopped_at_its_time_limit_in_any_stage(client, monkeypatch):
 
 
 def test_compare_holds_one_limit_for_all_its_runs(client, monkeypatch):
-    monkeypatch.setattr(endpoints, "RUN_TIME_LIMIT_S", 2.0)
+    monkeypatch.setattr(endpoints.common, "RUN_TIME_LIMIT_S", 2.0)
     for kind in profiling.run_time.MATMUL_SHARE:  # too hopeful: every run starts, and the limit must hold
         monkeypatch.setitem(profiling.run_time.MATMUL_SHARE, kind, 100.0)
     start = time.monotonic()

@@ -1,0 +1,25 @@
+"""The app's endpoints: validation, gr.Error, ZeroGPU, and a call into `profiling`. No layout.
+
+Their signatures are the public API and MCP schema: parameters are only ever appended, with
+neutral defaults (`kv_heads` 0 = heads, `q_len` 0 = seq_len), and outputs never move.
+"""
+
+from endpoints.common import QUEUE_SIZE, app_error, app_file, gpu_seconds, start_worker, store
+from endpoints.runs import compare, profile, sweep
+from endpoints.uploads import analyze, diff, diff_traces, share
+
+__all__ = [
+    "QUEUE_SIZE",
+    "analyze",
+    "app_error",
+    "app_file",
+    "compare",
+    "diff",
+    "diff_traces",
+    "gpu_seconds",
+    "profile",
+    "share",
+    "start_worker",
+    "store",
+    "sweep",
+]
