@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from profiling import copy_causes
+from profiling import cause_walk, copy_causes
 from profiling.insights import Evidence, Insight
 from profiling.insights.copies import gqa_copy, gqa_heads, hidden_copy
 from profiling.trace import load_trace, parse_trace
@@ -413,7 +413,7 @@ def test_expand_then_reshape_needs_the_broadcast():
 
 
 def test_a_cause_beyond_the_walk_is_not_seen_and_costs_no_more():
-    deep = copy_under("aten::masked_fill", *(["aten::linear"] * (copy_causes.MAX_WALK + 5)))
+    deep = copy_under("aten::masked_fill", *(["aten::linear"] * (cause_walk.MAX_WALK + 5)))
     assert list(table_of(deep)["cause"]) == ["other (aten::linear)"]
 
 
