@@ -17,6 +17,7 @@ from profiling.insights.base import Evidence, Insight
 from profiling.insights.communication import MIN_KERNEL_TIME_PERCENT, MIN_STEP_PERCENT, communication
 from profiling.trace import Trace, load_trace, parse_trace
 from profiling.windows import window_stats
+from tests.gpu_oracle import end, intersection, length, union
 
 GPU_DATA = Path(__file__).resolve().parents[1] / "data" / "gpu"
 TRACES = (
@@ -39,34 +40,6 @@ def raw(name: str) -> list[dict]:
     with gzip.open(GPU_DATA / f"{name}.json.gz") as f:
         events = json.load(f)["traceEvents"]
     return [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
-
-
-def end(e: dict) -> float:
-    return e["ts"] + e.get("dur", 0)
-
-
-def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def length(intervals: list[tuple[float, float]]) -> float:
-    return sum(e - s for s, e in intervals)
-
-
-def intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    total = 0.0
-    for s1, e1 in a:
-        for s2, e2 in b:
-            total += max(0.0, min(e1, e2) - max(s1, s2))
-    return total
 
 
 def is_comm(name: str) -> bool:

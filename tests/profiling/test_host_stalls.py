@@ -18,6 +18,7 @@ from profiling.insights.base import Evidence, Insight
 from profiling.insights.host import blocking_sync, launch_bound, overhead_bound
 from profiling.trace import Trace, load_trace, parse_trace
 from profiling.windows import window_stats
+from tests.gpu_oracle import end, intersection, union
 
 GPU_DATA = Path(__file__).resolve().parents[1] / "data" / "gpu"
 TRACES = {
@@ -53,10 +54,6 @@ def raw(key: str) -> list[dict]:
     return [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
 
 
-def end(e: dict) -> float:
-    return e["ts"] + e.get("dur", 0)
-
-
 def launches(events: list[dict]) -> dict:
     """Correlation id -> (start, end) of the first launch with it."""
     out: dict = {}
@@ -84,13 +81,7 @@ def plain_span(events: list[dict]) -> tuple[float, float, int]:
 
 def covered(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     """Length of the union of `intervals` inside [lo, hi]."""
-    total, reach = 0.0, lo
-    for s, e in sorted(intervals):
-        s, e = max(s, reach), min(e, hi)
-        if e > s:
-            total += e - s
-            reach = e
-    return total
+    return intersection(union(intervals), [(lo, hi)])
 
 
 def plain_idle(events: list[dict]) -> tuple[float, float, list[tuple[float, float]]]:
