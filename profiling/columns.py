@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -70,6 +70,15 @@ OBJECT_ARGS = {
 # args key spellings: the one the analysis reads, and the older one (torch 1.8-1.9) read where it is missing.
 OLD_ARG_SPELLINGS = {"External id": "external id", "Input Dims": "Input dims"}
 TEXT_FIELDS = ("name", "cat", "ph")
+# The metadata ("M") events that name a lane, and the args key holding the name: Kineto writes
+# `thread_name` ("thread 6608 (python)", "stream 7 ") per (pid, tid), and `process_name` and
+# `process_labels` ("GPU 0") per pid. The timeline names its lanes from them (profiling/lanes.py).
+LANE_NAME_KINDS = {"thread_name": "name", "process_name": "name", "process_labels": "labels"}
+# Distinct (kind, pid, tid) names kept per read, the first of each: real traces hold 3-30; past the cap a
+# lane is named from its ids, as where the trace names none.
+MAX_LANE_NAMES = 1024
+# A lane's name: (kind, pid, tid) -> the name, pid and tid as the lane columns' text.
+LaneNames = dict[tuple[str, str, str], str]
 # Names are cut here, once per distinct name, so no regex, cache, groupby or table downstream ever
 # sees more than MAX_NAME_CHARS of one (profiling/names.py).
 _TEXT_CUTS: dict[str, Callable[[str], str]] = {"name": cut_name}
@@ -107,6 +116,10 @@ class Rows(Protocol):
 
     def objects(self, key: str) -> ObjectColumn:
         """The object args key `key` of each event, its old spelling where it is missing or null."""
+        ...
+
+    def arg_values(self, key: str) -> list[Any]:
+        """The args key `key` of each event as parsed (None where missing); read only for metadata events."""
         ...
 
     def take(self, rows: list[int]) -> Rows:
@@ -149,6 +162,9 @@ class DictRows:
             return np.full(len(self), -1, np.intp), [], []
         return object_codes(_arg_values(self._args, key))  # type: ignore[arg-type]
 
+    def arg_values(self, key: str) -> list[Any]:
+        return [a.get(key) if type(a) is dict else None for a in self.field("args")]
+
 
 def object_codes(values: list[Any]) -> ObjectColumn:
     """Parsed values (None: missing) as an ObjectColumn: each distinct value once, by its compact JSON."""
@@ -178,6 +194,7 @@ class Block:
     texts: dict[str, TextColumn]
     numbers: dict[str, np.ndarray]
     objects: dict[str, ObjectColumn]
+    lane_names: LaneNames = field(default_factory=dict)
 
 
 def block_of(rows: Rows, seen: int, base: int = 0, absolute: bool = False) -> Block:
@@ -203,12 +220,57 @@ def block_of(rows: Rows, seen: int, base: int = 0, absolute: bool = False) -> Bl
     numbers = {"ts": ts, "dur": dur, "end": ts + dur}
     numbers |= {column: rows.numbers(key) for key, column in NUMERIC_ARGS.items()}
     objects = {column: rows.objects(key) for key, column in OBJECT_ARGS.items()}
-    return Block(seen, seen - len(keep), len(keep), names, numbers, objects)
+    lanes = lane_names(rows, names, np.flatnonzero(ph[keep] == "M"))
+    return Block(seen, seen - len(keep), len(keep), names, numbers, objects, lanes)
 
 
-def _decoded(column: TextColumn) -> np.ndarray:
+def lane_names(rows: Rows, texts: dict[str, TextColumn], metadata: np.ndarray) -> LaneNames:
+    """The lane names among the `metadata` rows of a batch: the first text of each (kind, pid, tid), at most
+    MAX_LANE_NAMES, cut as names are.
+
+    Rows are de-duplicated by their codes first, so a trace of a million copies of one name reads one value;
+    a key whose first value is no text (a number names nothing) reads all of its rows, in one more pass.
+    """
+    if not len(metadata):
+        return {}
+    keys = pd.DataFrame({column: texts[column][0][metadata] for column in ("name", "pid", "tid")})
+    kind = np.array(texts["name"][1], dtype=object)[keys["name"].to_numpy()]
+    named = pd.Series(kind, dtype=object).isin(list(LANE_NAME_KINDS)).to_numpy()
+    keys, at = keys[named], metadata[named]
+    first = ~keys.duplicated().to_numpy()
+    found = _names_at(rows, texts, at[first])
+    unnamed = pd.MultiIndex.from_frame(keys[first]).difference(pd.MultiIndex.from_tuples(found, names=keys.columns))
+    if len(unnamed) and len(found) < MAX_LANE_NAMES:  # keys whose first value was no text: their later rows
+        again = pd.MultiIndex.from_frame(keys).isin(unnamed)
+        found |= _names_at(rows, texts, at[again])
+    ordered = sorted(found.items(), key=lambda item: item[1][0])[:MAX_LANE_NAMES]  # file order: the first keys
+    return {_lane_key(texts, codes): cut_name(name) for codes, (_, name) in ordered}
+
+
+def _names_at(rows: Rows, texts: dict[str, TextColumn], at: np.ndarray) -> dict[tuple[int, int, int], tuple[int, str]]:
+    """(name, pid, tid) codes -> (row, text) of the first of the rows `at` whose name arg is text."""
+    if not len(at):
+        return {}
+    kept = rows.take(at.tolist())
+    kinds = np.array(texts["name"][1], dtype=object)[texts["name"][0][at]]
+    args = {key: kept.arg_values(key) for key in set(LANE_NAME_KINDS.values())}
+    found: dict[tuple[int, int, int], tuple[int, str]] = {}
+    for i, (row, kind) in enumerate(zip(at.tolist(), kinds, strict=True)):
+        value = args[LANE_NAME_KINDS[kind]][i]
+        codes = (int(texts["name"][0][row]), int(texts["pid"][0][row]), int(texts["tid"][0][row]))
+        if type(value) is str and codes not in found:
+            found[codes] = (row, value)
+    return found
+
+
+def _lane_key(texts: dict[str, TextColumn], codes: tuple[int, int, int]) -> tuple[str, str, str]:
+    return tuple(texts[column][1][code] for column, code in zip(("name", "pid", "tid"), codes, strict=True))  # type: ignore[return-value]
+
+
+def _decoded(column: TextColumn, at: np.ndarray | None = None) -> np.ndarray:
+    """The column's texts, of the rows `at` only where given."""
     codes, texts = column
-    return np.array(texts, dtype=object)[codes]
+    return np.array(texts, dtype=object)[codes if at is None else codes[at]]
 
 
 class Columns:
@@ -228,6 +290,7 @@ class Columns:
         self.size = 0
         self.seen = self.kept = self.skipped = self.distinct_arg_bytes = 0
         self.ts_base_us = 0  # what the batches' `ts` are relative to (`Rebase`)
+        self.lane_names: LaneNames = {}  # the first MAX_LANE_NAMES (kind, pid, tid), the first name of each
         self.strings: dict[str, str] = {}  # one object per distinct name, category, lane
         self.values: dict[bytes, Any] = {}  # one object per distinct object-arg value
 
@@ -258,6 +321,10 @@ class Columns:
             self.count(block.seen, json_bytes)
         self.skipped += block.skipped
         self.kept += block.rows
+        for key, name in block.lane_names.items():
+            if len(self.lane_names) >= MAX_LANE_NAMES:
+                break
+            self.lane_names.setdefault(key, name)
         if not block.rows:
             return
         columns: dict[str, np.ndarray] = dict(block.numbers)

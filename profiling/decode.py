@@ -23,7 +23,16 @@ from typing import Annotated, Any
 
 import numpy as np
 
-from profiling.columns import NUMERIC_ARGS, OBJECT_ARGS, OLD_ARG_SPELLINGS, ObjectColumn, _dumps, _loads, _numbers
+from profiling.columns import (
+    LANE_NAME_KINDS,
+    NUMERIC_ARGS,
+    OBJECT_ARGS,
+    OLD_ARG_SPELLINGS,
+    ObjectColumn,
+    _dumps,
+    _loads,
+    _numbers,
+)
 
 # A missing number reads as this one NaN object: numpy converts a list of floats many times faster
 # than one holding None, and `list.count` finds it by identity when a whole column is missing.
@@ -77,6 +86,9 @@ if msgspec is not None:
         input_dims_old: _Raw = _arg("Input dims", NO_RAW)
         input_type: _Raw = _arg("Input type", NO_RAW)
         concrete_inputs: _Raw = _arg("Concrete Inputs", NO_RAW)
+        # A metadata event's lane name (columns.LANE_NAME_KINDS), of any JSON type: only `M` rows read it.
+        meta_name: _Raw = _arg("name", NO_RAW)
+        meta_labels: _Raw = _arg("labels", NO_RAW)
 
     class _Event(msgspec.Struct, gc=False):
         """The event fields the analysis reads."""
@@ -93,12 +105,13 @@ if msgspec is not None:
     _DECODER = msgspec.json.Decoder(list[_Event])
     _ERRORS: tuple[type[Exception], ...] = (msgspec.ValidationError, msgspec.DecodeError)
 
-# JSON key -> _Args attribute, for every key the columns read: each attribute is named as its column, and
-# an old spelling (torch 1.8-1.9) as its column with `_old`.
+# JSON key -> _Args attribute, for every key the columns read: each attribute is named as its column, an
+# old spelling (torch 1.8-1.9) as its column with `_old`, and a metadata event's name key with `meta_`.
 _ATTRIBUTES = {
     **NUMERIC_ARGS,
     **OBJECT_ARGS,
     **{old: f"{(NUMERIC_ARGS | OBJECT_ARGS)[new]}_old" for new, old in OLD_ARG_SPELLINGS.items()},
+    **{key: f"meta_{key}" for key in set(LANE_NAME_KINDS.values())},
 }
 
 
@@ -164,6 +177,11 @@ class TypedRows:
         if olds.count(MISSING) == len(olds):  # the old spelling is in no event of the batch (by identity, in C)
             return values
         return [v if v is not None and v == v else o for v, o in zip(values, olds, strict=True)]
+
+    def arg_values(self, key: str) -> list[Any]:
+        # Parsed here, for the few metadata rows that ask; orjson's error on what msgspec let through (`1e400`)
+        # propagates, and the batch is read by the reference.
+        return [None if raw is NO_RAW else _loads(bytes(raw)) for raw in self._arg_list(key)]
 
     def objects(self, key: str) -> ObjectColumn:
         codes, keys, values = _raw_codes(self._arg_list(key))

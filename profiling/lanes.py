@@ -7,6 +7,7 @@ bucket are merged into one bar.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,10 +15,13 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.structure import lane_codes, structure
-from profiling.trace import GPU_ACTIVITY, Trace
+from profiling.trace import GPU_ACTIVITY, LAUNCH_CATEGORIES, Trace
 
 MAX_DEPTH = 6  # deeper CPU ops fold into the last row of their lane
 MAX_LANES = 40  # lanes drawn on their own, the busiest; the rest share one "others" lane
+# Categories only a host thread records: a lane holding any of them is a CPU lane, whatever its pid.
+HOST_WORK = ("cpu_op", "python_function", "user_annotation", *LAUNCH_CATEGORIES)
+FOCUS_SHARE = 0.5  # of the bar budget, kept for the events of the initial view (the first forward)
 
 TIMELINE_COLUMNS = ("name", "cat", "ts", "end", "dur", "pid", "tid")  # what merged bars are drawn from
 
@@ -36,11 +40,13 @@ class Lanes:
         return 0 if self.others is None else len(self.labels) - self.others
 
 
-def lane_labels(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each event's lane label, as a code into the labels: `GPU <pid> stream <tid>` or `CPU thread <tid>`.
+def lane_labels(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each event's lane label, as a code into the labels, and whether each label is a GPU lane.
 
     Kineto puts device work under the device's pid, with one tid per stream (sync events too), so
-    a lane is a GPU lane when its pid is one that ran GPU activity. Labels are made once per lane,
+    a lane is a GPU lane when its pid is one that ran GPU activity, unless the lane itself holds host
+    work (Kineto's Python tracer writes `python_function` events under pid 0, as "thread 0 (python3)").
+    It is named as the trace's metadata names it (`MetadataNames.label`). Labels are made once per lane,
     not per event; lanes that share a label share a lane, as CPU threads of one tid in two processes.
     """
     per_lane, _ = pd.factorize(lane_codes(trace)[ev.index.to_numpy()])
@@ -48,20 +54,60 @@ def lane_labels(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     first = np.flatnonzero(np.diff(np.maximum.accumulate(per_lane), prepend=-1) > 0)
     pid, tid = ev["pid"].to_numpy()[first], ev["tid"].to_numpy()[first]
     gpu_pids = set(ev["pid"].to_numpy()[ev["cat"].isin(GPU_ACTIVITY).to_numpy()])
-    on_gpu = pd.Series(pid, dtype=object).isin(gpu_pids).to_numpy()
-    labels = [f"GPU {p} stream {t}" if g else f"CPU thread {t}" for p, t, g in zip(pid, tid, on_gpu, strict=True)]
-    codes, names = pd.factorize(pd.Series(labels, dtype=object))
-    return codes[per_lane], np.asarray(names, dtype=object)
+    host = pd.Series(ev["cat"].isin(HOST_WORK).to_numpy()).groupby(per_lane).any().to_numpy()
+    on_gpu = pd.Series(pid, dtype=object).isin(gpu_pids).to_numpy() & ~host
+    names = MetadataNames.of(trace)
+    labels = [names.label(str(p), str(t), g) for p, t, g in zip(pid, tid, on_gpu, strict=True)]
+    codes, distinct = pd.factorize(pd.Series(labels, dtype=object))
+    gpu = pd.Series(on_gpu).groupby(codes).any().to_numpy() if len(codes) else np.zeros(0, bool)
+    return codes[per_lane], np.asarray(distinct, dtype=object), gpu
+
+
+@dataclass(frozen=True)
+class MetadataNames:
+    """The names a trace's metadata events give its threads and processes (`Trace.lane_names`)."""
+
+    threads: dict[tuple[str, str], str]  # (pid, tid) -> `thread_name`
+    devices: dict[str, str]  # pid -> `process_labels` ("GPU 0" for Kineto's device processes)
+
+    @classmethod
+    def of(cls, trace: Trace) -> MetadataNames:
+        threads, devices = {}, {}
+        for (kind, pid, tid), name in trace.lane_names.items():
+            if name.strip() and kind == "thread_name":
+                threads[(pid, tid)] = name.strip()
+            elif name.strip() and kind == "process_labels":
+                devices[pid] = name.strip()
+        return cls(threads, devices)
+
+    def label(self, pid: str, tid: str, on_gpu: bool) -> str:
+        """A lane's label, as Perfetto names it from the metadata: "GPU 0 · stream 7" for a device's stream
+        (its `process_labels`, then its `thread_name`), the `thread_name` for a CPU thread ("thread 6608
+        (python)"); from the ids where the trace names none ("GPU 0 · stream 7", "CPU thread 6608").
+
+        A device process's `process_name` is the host's ("python3"), so a GPU lane is named by its label.
+        Old traces write a stream's tid as "stream 7": it is not said twice.
+        """
+        thread = self.threads.get((pid, tid))
+        if not on_gpu:
+            return thread or f"CPU thread {tid}"
+        stream = thread or (tid if tid.startswith("stream") else f"stream {tid}")
+        return f"{self.devices.get(pid) or f'GPU {pid}'} · {stream}"
+
+
+def _lane_order(label: str, gpu: bool) -> tuple[bool, list[tuple[int, str]]]:
+    """CPU lanes first, then GPU lanes, each by its label with numbers in numeric order ("stream 7" before 20)."""
+    return gpu, [(int(part), "") if part.isdigit() else (0, part) for part in re.split(r"(\d+)", label)]
 
 
 def assign_lanes(trace: Trace, ev: pd.DataFrame) -> tuple[pd.DataFrame, Lanes]:
     """The MAX_LANES busiest lanes (by the union of their events' time) drawn alone, the rest merged into one."""
-    origin, labels = lane_labels(trace, ev)
+    origin, labels, gpu = lane_labels(trace, ev)
     kept = np.arange(len(labels))
     if len(labels) > MAX_LANES:
         busy = iv.busy_per_group(origin, ev["ts"].to_numpy(), ev["end"].to_numpy(), len(labels))
         kept = np.argsort(-busy, kind="stable")[:MAX_LANES]
-    kept = sorted(kept, key=lambda i: (labels[i].startswith("GPU"), labels[i]))
+    kept = sorted(kept, key=lambda i: _lane_order(str(labels[i]), bool(gpu[i])))
     names, others = [str(labels[i]) for i in kept], None
     position = np.full(len(labels), len(kept), dtype=np.int64)
     position[kept] = np.arange(len(kept))
@@ -73,12 +119,35 @@ def assign_lanes(trace: Trace, ev: pd.DataFrame) -> tuple[pd.DataFrame, Lanes]:
     return ev.assign(lane=lane, origin=origin), Lanes(names, (deepest + 1).tolist(), labels, others)
 
 
-def merge(events: pd.DataFrame, max_bars: int) -> tuple[pd.DataFrame, int]:
-    """Merge events per (lane, depth, time bucket) until at most `max_bars` remain."""
+def merge(events: pd.DataFrame, max_bars: int, focus: tuple[float, float] | None = None) -> tuple[pd.DataFrame, int]:
+    """Merge events per (lane, depth, time bucket) until at most `max_bars` remain; returns the bars and how many
+    events were merged away.
+
+    With a `focus` (start and end, µs: the initial view), the events it overlaps keep up to FOCUS_SHARE of the
+    budget, bucketed over the focus alone: drawn one bar each where they fit, else merged only within buckets
+    of the focus's width / 2**k, narrower than a pixel at the initial view. The rest share what is left,
+    bucketed over the whole trace. Plotly cannot re-merge on zoom (the figure is drawn once), so what a
+    reader zooms into first is what keeps its bars apart.
+    """
     if len(events) <= max_bars:
         return events.assign(merged=1), 0
-    groups = events.groupby(merge_keys(events, max_bars), sort=False)
-    merged = groups.agg(
+    if focus is None:
+        merged = _merged(events, max_bars, None)
+        return merged, int(len(events) - len(merged))
+    inside = ((events["end"] >= focus[0]) & (events["ts"] <= focus[1])).to_numpy()
+    outside = events[~inside]
+    budget = max_bars if outside.empty else max(1, int(max_bars * FOCUS_SHARE))
+    near = events[inside]
+    near = near.assign(merged=1) if len(near) <= budget else _merged(near, budget, focus)
+    far = _merged(outside, max(1, max_bars - len(near)), None) if len(outside) else outside.assign(merged=1)
+    drawn = pd.concat([near, far], ignore_index=True)
+    return drawn, int(len(events) - len(drawn))
+
+
+def _merged(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | None) -> pd.DataFrame:
+    """One bar per (lane, depth, time bucket) key of `merge_keys`, with how many events it holds."""
+    groups = events.groupby(merge_keys(events, max_bars, span), sort=False)
+    return groups.agg(
         name=("name", "first"),
         cat=("cat", "first"),
         ts=("ts", "min"),
@@ -89,19 +158,19 @@ def merge(events: pd.DataFrame, max_bars: int) -> tuple[pd.DataFrame, int]:
         depth=("depth", "first"),
         origin=("origin", "first"),
     ).reset_index(drop=True)
-    return merged, int(len(events) - len(merged))
 
 
-def merge_keys(events: pd.DataFrame, max_bars: int) -> np.ndarray:
+def merge_keys(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | None = None) -> np.ndarray:
     """A key per (lane, depth, time bucket), with the finest power-of-two buckets that leave at most `max_bars` keys.
 
-    Halving power-of-two buckets is a right shift of the key, so one sort counts the keys at every
-    coarseness (a groupby per try cost a pass over millions of events each).
+    Buckets divide `span` (start, end µs), else the events' own; an event starting before the span falls in
+    its first bucket. Halving power-of-two buckets is a right shift of the key, so one sort counts the keys
+    at every coarseness (a groupby per try cost a pass over millions of events each).
     """
     levels = max(0, int(max_bars).bit_length() - 1)  # 2**levels buckets at the finest, no more than max_bars
-    t0 = float(events["ts"].min())
-    span = float(events["end"].max() - t0) or 1.0
-    fraction = np.nan_to_num((events["ts"].to_numpy() - t0) / span)
+    t0, t1 = span if span is not None else (float(events["ts"].min()), float(events["end"].max()))
+    width = float(t1 - t0) or 1.0
+    fraction = np.nan_to_num((events["ts"].to_numpy() - t0) / width)
     bucket = np.clip((fraction * 2**levels).astype(np.int64), 0, 2**levels - 1)
     row = events["lane"].to_numpy() * (MAX_DEPTH + 1) + events["depth"].to_numpy()
     fine = (row << levels) + bucket

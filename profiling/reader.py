@@ -33,7 +33,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from profiling.columns import (
     Block,
     Columns,
     DictRows,
+    LaneNames,
     _dumps,
     _JSONError,
     _loads,
@@ -112,12 +113,14 @@ __all__ = [
 
 @dataclass
 class RawTrace:
-    """What a read yields: event columns (COLUMNS), the document's other keys, and the events skipped."""
+    """What a read yields: event columns (COLUMNS), the document's other keys, the events skipped, and the
+    names the metadata events give lanes (columns.LANE_NAME_KINDS)."""
 
     columns: dict[str, np.ndarray]
     metadata: dict[str, Any]
     skipped: int
     ts_base_us: int = 0  # the columns' `ts` and `end` are µs since this many µs (`Rebase`)
+    lane_names: LaneNames = field(default_factory=dict)
 
 
 def read_path(path: Path, limits: Limits | None = None, progress: Progress | None = None) -> RawTrace:
@@ -173,7 +176,7 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
                 columns.append(block, json_bytes)
             document = _parse(splitter.finish(), source)
             metadata = _metadata(document, columns, json_bytes, source)
-            return RawTrace(columns.arrays(), metadata, columns.skipped, columns.ts_base_us)
+            return RawTrace(columns.arrays(), metadata, columns.skipped, columns.ts_base_us, columns.lane_names)
     finally:
         if helper is not None:
             helper.close()

@@ -130,6 +130,9 @@ class Trace:
     # writes epoch µs with ns digits, which float64 cannot hold (`timestamps.Rebase`). Add it back to show
     # an absolute time; differences of times need nothing.
     ts_base_us: int = 0
+    # (kind, pid, tid) -> name, from the `thread_name`, `process_name` and `process_labels` metadata events
+    # (pid and tid as the event columns' text; tid "0" for a process): the timeline's lane names.
+    lane_names: dict[tuple[str, str, str], str] = field(default_factory=dict)
     derived: Derived = field(default_factory=Derived, repr=False)
 
     @property
@@ -231,6 +234,7 @@ def _trace(raw: RawTrace, source: str) -> Trace:
         source=source,
         spellings=spellings,
         ts_base_us=raw.ts_base_us,
+        lane_names=raw.lane_names,
     )
 
 

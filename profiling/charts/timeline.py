@@ -25,6 +25,7 @@ MAX_BARS = 3000
 MAX_MARKS = 40  # window/step shading shapes
 MIN_WIDTH_FRACTION = 2000  # the narrowest bar is this fraction of the whole span
 HOVER_NAME = 120  # characters of a name in hover text
+TITLE_NAME = 48  # characters of the trace's file name in the title
 HOVER_SHAPES = 120
 HOVER_MEANING = 160
 MERGED_NAME = 80
@@ -38,6 +39,7 @@ HOVER_BUDGET = 600_000  # bytes of hover text in the figure's JSON, so that the 
 # Tried in turn until the hover text fits HOVER_BUDGET: (share of each name's limit, whether to give the details).
 HOVER_LEVELS = ((1.0, True), (0.25, True), (0.0625, False))
 FOCUS_PAD = 0.05  # of the first forward's span, on each side
+LEGEND_HEIGHT = 60  # px below the x axis for the category legend (a phone wraps it over 3-4 lines)
 COLORS = {
     "user_annotation": "#9e9e9e",
     "cpu_op": "#4c78a8",
@@ -104,7 +106,8 @@ def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
     base_row, rows = lane_rows(lanes.rows)
     # Draw the longest first: with a bar budget, long bars are what a reader needs to see.
     ev = ev.sort_values("dur", ascending=False)
-    drawn, merged = merge(ev, max_bars)
+    focus = focus_range(analysis)
+    drawn, merged = merge(ev, max_bars, focus)
     drawn = drawn.assign(y=base_row[drawn["lane"].to_numpy()] + drawn["depth"].to_numpy())
     # Microsecond kernels in a seconds-long trace would be invisible: draw at least a sliver
     # (hover still gives the true duration).
@@ -119,20 +122,32 @@ def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
         yaxis=dict(
             tickvals=base_row.tolist(), ticktext=[text(n, LANE_NAME) for n in lanes.names], autorange="reversed"
         ),
-        height=min(MAX_HEIGHT, max(360, ROW_HEIGHT * rows + 140)),
-        legend=dict(title="category", orientation="h", yanchor="bottom", y=1.0, x=0),
-        margin=dict(l=10, r=10, t=90, b=40),
+        height=min(MAX_HEIGHT, max(360, ROW_HEIGHT * rows + 140)) + LEGEND_HEIGHT,
+        # Below the plot, across: above it, a phone's narrow width wraps it over the title.
+        legend=dict(
+            title=dict(text="category", side="top left"),
+            orientation="h",
+            xref="container",
+            yref="container",
+            yanchor="bottom",
+            y=0,
+            x=0,
+        ),
+        margin=dict(l=10, r=10, t=90, b=40 + LEGEND_HEIGHT),
     )
-    _focus_first_forward(fig, analysis, t0)
+    if focus is not None:
+        fig.update_xaxes(range=[(focus[0] - t0) / 1e3, (focus[1] - t0) / 1e3])
     return fig
 
 
 def _title(trace: Trace, events: int, bars: int, merged: int, lanes: Lanes) -> str:
-    title = f"{text(trace.source, HOVER_NAME)}: {events:,} events"
+    """The trace and its event count, then one short line per note: plotly never wraps a title, and a phone
+    shows ~50 characters of one."""
+    title = f"{events:,} events<br><sup>{text(trace.source, TITLE_NAME)}</sup>"
     if merged:
-        title += f" ({merged:,} merged into {bars:,} bars to stay responsive; the tables keep every event)"
+        title += f"<br><sup>{merged:,} merged into {bars:,} bars; the tables keep every event</sup>"
     if lanes.others is not None:
-        title += f"; the {lanes.merged:,} quietest of {len(lanes.labels):,} lanes share the last lane"
+        title += f"<br><sup>the {lanes.merged:,} quietest of {len(lanes.labels):,} lanes share the last</sup>"
     return title
 
 
@@ -188,16 +203,17 @@ def _add_bars(fig: go.Figure, drawn: pd.DataFrame, hover: pd.Series, t0: float, 
         )
 
 
-def _focus_first_forward(fig: go.Figure, analysis: Analysis, t0: float) -> None:
+def focus_range(analysis: Analysis) -> tuple[float, float] | None:
+    """The initial view, in the trace's µs: the first forward and the GPU work it launched (kernels run after
+    their launches), padded by FOCUS_PAD of its span on each side; None where the trace has no forward."""
     forwards = analysis.forwards
     if forwards is None or forwards.windows.empty:
-        return
+        return None
     first = forwards.windows.iloc[0]
-    # Kernels run after their launches: keep the first forward's GPU work in view too.
     launched = forwards.gpu.loc[forwards.gpu["window"] == 0, "end"] if len(forwards.gpu) else pd.Series(dtype=float)
     stop = max(first["end"], launched.max()) if len(launched) else first["end"]
     pad = FOCUS_PAD * (stop - first["ts"])
-    fig.update_xaxes(range=[(first["ts"] - t0 - pad) / 1e3, (stop - t0 + pad) / 1e3])
+    return float(first["ts"] - pad), float(stop + pad)
 
 
 def _mark_windows(fig: go.Figure, analysis: Analysis, t0: float) -> None:

@@ -1,0 +1,209 @@
+"""Timeline lanes are named from the trace's own `ph: M` metadata (issue 20, Charts), read within bounds, and
+the bars of the initial view are kept apart when a big trace is merged.
+
+Every expected name comes from a plain loop over the trace's JSON, never from the reader.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import profiling.reader as reader
+from profiling.analysis import analyze
+from profiling.charts import timeline
+from profiling.charts.timeline import focus_range
+from profiling.columns import MAX_LANE_NAMES
+from profiling.lanes import FOCUS_SHARE
+from profiling.names import MAX_NAME_CHARS
+from profiling.reader import read_text
+from profiling.trace import load_trace, parse_trace
+from tests.conftest import DATA
+
+GPU_TRACES = sorted((DATA / "gpu").glob("*.json.gz"))
+NAMED = [
+    *GPU_TRACES,
+    DATA / "a100_simple_add.json.gz",
+    DATA / "sampled_training_rank0.json.gz",
+    DATA / "cpu_only.json.gz",
+]
+RESNET = DATA / "tb_plugin" / "resnet50_num_workers_4.pt.trace.json.gz"  # torch 1.8: tid "stream 7"
+HOST = {"cpu_op", "python_function", "user_annotation", "cuda_runtime", "cuda_driver", "Operator", "Runtime", "Python"}
+DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+
+
+def events_of(path: Path) -> list[dict[str, Any]]:
+    data = path.read_bytes()
+    document = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    return document["traceEvents"] if isinstance(document, dict) else document
+
+
+def plain_names(events: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """Thread names per (pid, tid) and process labels per pid, the first of each, as a plain loop reads them."""
+    threads: dict[tuple[str, str], str] = {}
+    labels: dict[str, str] = {}
+    for e in events:
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if e.get("ph") != "M":
+            continue
+        if e.get("name") == "thread_name" and isinstance(args.get("name"), str):
+            threads.setdefault((str(e.get("pid")), str(e.get("tid"))), args["name"].strip())
+        elif e.get("name") == "process_labels" and isinstance(args.get("labels"), str):
+            labels.setdefault(str(e.get("pid")), args["labels"].strip())
+    return threads, labels
+
+
+def plain_lane_labels(events: list[dict[str, Any]]) -> set[str]:
+    """The label every drawn lane should carry: a device stream as "<process label> · <thread name>", a host
+    thread by its thread name, each from the metadata where it names them, from the ids where it does not."""
+    threads, labels = plain_names(events)
+    drawn = [e for e in events if e.get("ph") == "X" and e.get("name") and e.get("cat") != "Trace"]
+    device_pids = {str(e.get("pid")) for e in drawn if e.get("cat") in DEVICE}
+    host_lanes = {(str(e.get("pid")), str(e.get("tid"))) for e in drawn if e.get("cat") in HOST}
+    out = set()
+    for pid, tid in {(str(e.get("pid")), str(e.get("tid"))) for e in drawn}:
+        name = threads.get((pid, tid))
+        if pid in device_pids and (pid, tid) not in host_lanes:
+            stream = name or (tid if tid.startswith("stream") else f"stream {tid}")
+            out.add(f"{labels.get(pid) or f'GPU {pid}'} · {stream}")
+        else:
+            out.add(name or f"CPU thread {tid}")
+    return out
+
+
+def ticks(fig: Any) -> list[str]:
+    return list(fig.layout.yaxis.ticktext)
+
+
+@pytest.mark.parametrize("path", [*NAMED, RESNET], ids=lambda p: p.name)
+def test_lane_names_are_the_metadata_names(path):
+    events = events_of(path)
+    fig = timeline(analyze(load_trace(path)))
+    assert sorted(ticks(fig)) == sorted(plain_lane_labels(events))
+    threads, _ = plain_names(events)
+    drawn = {(str(e.get("pid")), str(e.get("tid"))) for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"}
+    for lane in drawn & set(threads):  # every lane the trace names is drawn under that name
+        assert any(tick == threads[lane] or tick.endswith(f" · {threads[lane]}") for tick in ticks(fig)), lane
+    assert not any("stream stream" in t or t.startswith("CPU thread -") for t in ticks(fig))
+
+
+def test_kineto_gpu_streams_read_gpu_0_stream_7():
+    labels = ticks(timeline(analyze(load_trace(DATA / "a100_simple_add.json.gz"))))
+    assert {"GPU 0 · stream 7", "GPU 0 · stream 20", "GPU 0 · Device 0"} <= set(labels)  # syncs: the device's lane
+    assert "thread 493459 (python3.10)" in labels
+    old = ticks(timeline(analyze(load_trace(RESNET))))  # torch 1.8 wrote the tid as "stream 7", and no labels
+    assert "GPU 0 · stream 7" in old and "thread 5555 (python)" in old
+
+
+def test_a_host_thread_under_a_device_pid_is_a_cpu_lane():
+    # Kineto's Python tracer writes `python_function` events under pid 0, the GPU's pid, as "thread 0 (python3)".
+    path = DATA / "gpu" / "h100_qwen1.5-0.5b_prefill.json.gz"
+    assert any(e.get("pid") == 0 and e.get("cat") == "python_function" for e in events_of(path))
+    labels = ticks(timeline(analyze(load_trace(path))))
+    assert "thread 0 (python3)" in labels and not any("· thread 0" in t for t in labels)
+    assert labels.index("thread 0 (python3)") < labels.index("GPU 0 · stream 7")  # host lanes first
+
+
+def test_our_cpu_run_lanes_are_its_thread_names(cpu_runs):
+    result = cpu_runs["naive"]
+    events = json.loads(result.trace_path.read_text())["traceEvents"]
+    threads, _ = plain_names(events)
+    assert threads, "torch writes thread_name metadata for its CPU thread"
+    labels = ticks(timeline(result.analysis))
+    assert labels == sorted(plain_lane_labels(events)) and set(labels) <= set(threads.values())
+
+
+@pytest.mark.parametrize("path", [*NAMED, RESNET], ids=lambda p: p.name)
+def test_the_reader_keeps_the_metadata_names_by_both_routes(path):
+    events = events_of(path)
+    want = {}
+    for e in events:
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        key = {"thread_name": "name", "process_name": "name", "process_labels": "labels"}.get(e.get("name"))
+        if e.get("ph") == "M" and key and isinstance(args.get(key), str):
+            want.setdefault((e["name"], str(e.get("pid")), str(e.get("tid"))), args[key])
+    data = path.read_bytes()
+    assert read_text(data).lane_names == want
+    assert read_text(data, typed=False).lane_names == want
+
+
+def test_the_decode_helper_keeps_the_names(monkeypatch):
+    monkeypatch.setattr(reader, "START_AFTER_BYTES", 0)
+    monkeypatch.setattr(reader, "helper_wanted", lambda: True)
+    events = events_of(DATA / "sampled_training_rank0.json.gz")
+    data = json.dumps({"traceEvents": events * 3}).encode()
+    threads, labels = plain_names(events)
+    names = read_text(data).lane_names
+    assert {(p, t): n.strip() for (k, p, t), n in names.items() if k == "thread_name"} == threads
+    assert {p: n for (k, p, _), n in names.items() if k == "process_labels"} == labels
+
+
+def meta(kind: str, pid: Any, tid: Any, value: Any) -> dict[str, Any]:
+    return {
+        "ph": "M",
+        "name": kind,
+        "pid": pid,
+        "tid": tid,
+        "args": {"labels" if kind == "process_labels" else "name": value},
+    }
+
+
+def op(pid: Any, tid: Any, ts: float = 0, name: str = "aten::mm", cat: str = "cpu_op") -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": 1}
+
+
+def test_names_are_bounded_in_count_and_length():
+    many = [meta("thread_name", 1, i, f"worker {i}") for i in range(MAX_LANE_NAMES + 500)]
+    long = meta("thread_name", 2, 1, "x" * (MAX_NAME_CHARS * 3))
+    trace = parse_trace(json.dumps({"traceEvents": [long, *many, op(1, 0), op(2, 1)]}).encode())
+    assert len(trace.lane_names) == MAX_LANE_NAMES
+    assert ("thread_name", "1", str(MAX_LANE_NAMES - 2)) in trace.lane_names  # the first ones, in file order
+    assert ("thread_name", "1", str(MAX_LANE_NAMES - 1)) not in trace.lane_names
+    assert len(trace.lane_names[("thread_name", "2", "1")]) == MAX_NAME_CHARS
+    labels = ticks(timeline(analyze(trace)))
+    assert "worker 0" in labels and max(map(len, labels)) <= 120  # a lane label is cut as before
+
+
+def test_odd_names_name_nothing_and_markup_stays_text():
+    events = [
+        meta("thread_name", 1, 1, 42),  # a number names nothing: the ids do
+        meta("thread_name", 1, 2, ["a"]),
+        meta("thread_name", 1, 3, '<img src="http://x/y.png">'),
+        meta("thread_name", 1, 4, "   "),  # blank: the ids
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 5, "args": None},
+        *(op(1, tid) for tid in (1, 2, 3, 4, 5)),
+    ]
+    data = json.dumps({"traceEvents": events}).encode()
+    assert read_text(data).lane_names == read_text(data, typed=False).lane_names
+    labels = ticks(timeline(analyze(parse_trace(data))))
+    assert {"CPU thread 1", "CPU thread 2", "CPU thread 4", "CPU thread 5"} <= set(labels)
+    assert "&lt;img src=&quot;http://x/y.png&quot;&gt;" in labels and not any("<img" in t for t in labels)
+
+
+def test_a_big_trace_keeps_the_first_forwards_bars_apart():
+    """3,000 forwards of 5 ops each plus their window: past the bar budget, the first forward's events (the
+    initial view) are still drawn one bar each, and the total stays within the budget."""
+    events = []
+    for i in range(3000):
+        start = i * 100.0
+        events.append(
+            {"ph": "X", "cat": "user_annotation", "name": "attn_fwd", "ts": start, "dur": 50, "pid": 1, "tid": 1}
+        )
+        events += [op(1, 1, start + 1 + 9 * k, name=f"aten::op{k}") | {"dur": 8} for k in range(5)]
+    trace = parse_trace(json.dumps({"traceEvents": events}).encode())
+    analysis = analyze(trace)
+    lo, hi = focus_range(analysis)
+    inside = [e for e in events if e["ts"] + e["dur"] >= lo and e["ts"] <= hi]
+    assert len(inside) == 6  # the first window and its five ops, by a plain reading
+    fig = timeline(analysis, max_bars=2000)
+    bars = [(b, w) for t in fig.data for b, w in zip(t.base, t.x, strict=True)]
+    assert len(bars) <= 2000
+    t0 = min(e["ts"] for e in events)
+    in_view = sorted(round(b, 4) for b, w in bars if b * 1e3 + t0 <= hi and (b + w) * 1e3 + t0 >= lo)
+    assert in_view == sorted(round((e["ts"] - t0) / 1e3, 4) for e in inside)  # each at its own start
+    assert list(fig.layout.xaxis.range) == pytest.approx([(lo - t0) / 1e3, (hi - t0) / 1e3])
+    assert 0 < FOCUS_SHARE < 1
