@@ -1,7 +1,9 @@
-"""`python -m profiling {run,compare,sweep,analyze,diff}`: the blog's scripts, headless.
+"""`python -m profiling {run,compare,sweep,analyze,diff,view}`: the blog's scripts, headless.
 
 Needs only torch and pandas (no gradio, no plotly), so it runs on a bare GPU image.
 Exit status: 0 done, 2 bad input (a message naming the field), 1 a run that started and failed.
+What torch writes to stderr while it profiles (Kineto's `USDT` lines, c10's warnings) goes to
+`<trace-dir>/profiler.log`, whose path is printed when it is not empty.
 Every string printed from a trace goes through `plain` first: a name carrying `ESC ] 0 ;` or
 `ESC [ 2 J` would otherwise retitle, clear or recolour the user's terminal.
 """
@@ -9,37 +11,42 @@ Every string printed from a trace goes through `plain` first: a name carrying `E
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import re
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from attention import BACKENDS, DEVICES, DTYPES, MASKS, MODES, PRESETS, RUN_NAMES, VARIANTS, AttentionSpec, SpecError
+from profiling import cli_views
 from profiling.progress import TerminalProgress
+from profiling.terminal import plain, whole_number
 from profiling.trace import TraceError
 
 SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
 PRACTICE_FIELDS = ("mode", "kv_heads", "q_len", "mask", "window", "valid_len")
 KERNEL_ROWS = 20  # kernels printed by `analyze` unless --top says otherwise
 KERNEL_NAME_WIDTH = 70
+LOG_NAME = "profiler.log"  # in the trace directory: what the profiling process wrote to stderr
+DESCRIPTION = (
+    "Profile attention with torch.profiler, or read any torch.profiler (Kineto) Chrome trace, headless.\n"
+    "Exit status: 0 done, 2 bad input (the message names the field), 1 a run that started and failed."
+)
+RUN_EXAMPLE = (
+    "python -m profiling run --variant naive --device cpu --batch 1 --heads 4 --seq-len 256 --head-dim 64 "
+    "--trace-dir traces"
+)
+EPILOG = (
+    "example: profile naive attention on the CPU (seconds); open the trace it writes in https://ui.perfetto.dev\n"
+    f"  {RUN_EXAMPLE}\n"
+    "then try --variant inplace (one copy fewer) or --variant sdpa --backend math; --json prints every key."
+)
 QUIET_KEYS = (
     *("insights", "findings", "per_forward_ops", "per_forward_kernels", "per_backward_kernels", "gpus"),
     *("forward_ms_stats", "backward_ms_stats"),  # 200 samples each: --json has them
 )
-# Whole terminal sequences, 7- and 8-bit: CSI (`ESC [`, 0x9b) up to its final byte; OSC, DCS, SOS,
-# PM and APC strings up to their terminator (BEL or ST), or to the end when it never comes, as a
-# terminal would swallow them; any other `ESC` with its intermediates and final byte. Possessive
-# throughout, so stripping a hostile name is linear in its length.
-_SEQUENCES = re.compile(
-    r"(?:\x1b\[|\x9b)[0-?]*+[ -/]*+[@-~]?"
-    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*+(?:\x07|\x1b\\|\x9c)?"
-    r"|\x1b[ -/]*+[0-~]?"
-)
-# What is left of C0, DEL and C1: dropped; the whitespace among them becomes a space, so a name
-# stays one line and one cell (the CLI's own newlines and tabs are written after this).
-_CONTROLS = {c: None for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {ord(c): " " for c in "\t\n\v\f\r"}
 
 
 class UsageError(ValueError):
@@ -50,9 +57,11 @@ def add_shape_args(parser: argparse.ArgumentParser, preset: str = "cpu-small", d
     """The shape, dtype and device flags, defaulting to one of `attention.PRESETS`."""
     defaults = PRESETS[preset]
     for name in SHAPE_FIELDS:
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name])
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=defaults["dtype"])
-    parser.add_argument("--device", choices=DEVICES, default=device)
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=int, default=defaults[name], help="default: %(default)s"
+        )
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=defaults["dtype"], help="default: %(default)s")
+    parser.add_argument("--device", choices=DEVICES, default=device, help="default: %(default)s")
 
 
 def add_practice_args(parser: argparse.ArgumentParser) -> None:
@@ -74,9 +83,11 @@ def _run_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m profiling", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m profiling", description=DESCRIPTION, epilog=EPILOG, formatter_class=_Formatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="profile one variant")
+    run = sub.add_parser("run", help="profile one variant", epilog=EPILOG, formatter_class=_Formatter)
     run.add_argument("--variant", choices=tuple(VARIANTS), default="naive")
     run.add_argument("--backend", choices=BACKENDS, default="auto")
     _run_args(run)
@@ -90,24 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="analyze a Chrome trace (.json or .json.gz)")
     analyze.add_argument("trace")
     analyze.add_argument("--json", action="store_true", help="one JSON object: the summary, `kernels` and `ops`")
-    analyze.add_argument("--top", type=_top, default=KERNEL_ROWS, help="kernels printed, most time first")
+    analyze.add_argument("--top", type=whole_number, default=KERNEL_ROWS, help="kernels printed, most time first")
     diff = sub.add_parser("diff", help="what changed between two Chrome traces of one job (before, after)")
     diff.add_argument("before")
     diff.add_argument("after")
     diff.add_argument("--json", action="store_true", help="one JSON object: every row of the diff")
-    diff.add_argument("--top", type=_top, default=KERNEL_ROWS, help="ops and kernels printed, largest change first")
+    diff.add_argument(
+        "--top", type=whole_number, default=KERNEL_ROWS, help="ops and kernels printed, largest change first"
+    )
+    cli_views.add_parser(sub)
     return parser
 
 
-def _top(text: str) -> int:
-    """`--top`: a whole number from 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"top: give a whole number of kernels from 0, got {text!r:.40}")
-    return value
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The description and the example keep their lines, so the command pastes whole."""
 
 
 def spec_from_args(args: argparse.Namespace, **extra: Any) -> AttentionSpec:
@@ -128,11 +135,6 @@ def trace_dir(args: argparse.Namespace) -> str:
     except OSError as exc:
         raise UsageError(f"trace-dir: cannot write to {path} ({exc.strerror or exc})") from None
     return str(path)
-
-
-def plain(text: str) -> str:
-    """`text` without terminal control: no escape sequence, no C0 or C1 control, no DEL."""
-    return _SEQUENCES.sub("", text).translate(_CONTROLS)
 
 
 def _plain(value: Any) -> Any:
@@ -172,39 +174,88 @@ def _print_keys(row: dict[str, Any]) -> None:
             print(plain(f"{key:>26}: {value}"))  # again: str() of an object the walk above left alone
 
 
+@contextlib.contextmanager
+def profiler_log(directory: str, as_json: bool) -> Iterator[Path]:
+    """While the block runs, the worker process's stderr goes to `directory`/profiler.log (Kineto's `USDT`
+    lines and c10's warnings are written from C++, so the child's file descriptor 2 is redirected).
+    Afterwards the log's path is printed if it is not empty (an empty one is removed): to stdout beside
+    the result, or to stderr under --json or after a failure, whose message main() prints next. The block
+    holds the printing of the result too, so the path comes last."""
+    from profiling.worker import default_worker
+
+    log = Path(directory) / LOG_NAME
+    try:
+        log.write_bytes(b"")  # this command's log: a reused --trace-dir keeps no older run's lines
+    except OSError as exc:
+        raise UsageError(f"trace-dir: cannot write {log} ({exc.strerror or exc})") from None
+    failed = True
+    try:
+        with default_worker().stderr_to(log):
+            yield log
+        failed = False
+    finally:
+        _show_log(log, sys.stderr if as_json or failed else sys.stdout)
+
+
+def _show_log(log: Path, stream: Any) -> None:
+    try:
+        written = log.stat().st_size
+    except OSError:  # removed while we ran: nothing to point at
+        return
+    if written:
+        print(plain(f"profiler log: {log}"), file=stream)
+    else:
+        log.unlink(missing_ok=True)
+
+
 def _run(args: argparse.Namespace) -> None:
     from profiling.pipeline import profile_attention
 
-    spec = spec_from_args(args, variant=args.variant, backend=args.backend)
-    with TerminalProgress() as progress:
-        result = profile_attention(spec, trace_dir(args), progress)
-    _print(dict(result.summary), args.json)
-    if not args.json:
-        print(f"trace: {result.trace_path}\ntable: {result.table_path}")
-        if len(result.kernel_table):
-            columns = ["name", "per forward", "total (us)", "meaning"]
-            print(_plain_table(result.kernel_table[columns], max_colwidth=KERNEL_NAME_WIDTH))
+    spec, directory = spec_from_args(args, variant=args.variant, backend=args.backend), trace_dir(args)
+    with profiler_log(directory, args.json):
+        with TerminalProgress() as progress:
+            result = profile_attention(spec, directory, progress)
+        _print(dict(result.summary), args.json)
+        if not args.json:
+            if len(result.kernel_table):
+                columns = ["name", "per forward", "total (us)", "meaning"]
+                print(_plain_table(result.kernel_table[columns], max_colwidth=KERNEL_NAME_WIDTH))
+            print(f"trace: {result.trace_path}\ntable: {result.table_path}")
 
 
 def _compare(args: argparse.Namespace) -> None:
-    from profiling.compare import compare, compare_table
+    from profiling.cli_tables import compare_lines
+    from profiling.compare import compare
 
-    with TerminalProgress() as progress:
-        rows = compare(spec_from_args(args), trace_dir(args), progress=progress)
-    if args.json:
-        _print(rows, True)
-    else:
-        print(_plain_table(compare_table(rows).drop(columns="what the trace revealed"), index=False))
+    spec, directory = spec_from_args(args), trace_dir(args)
+    with profiler_log(directory, args.json):
+        with TerminalProgress() as progress:
+            rows = compare(spec, directory, progress=progress)
+        if args.json:
+            _print(rows, True)
+        else:
+            _print_lines(compare_lines(_plain(rows)))
 
 
 def _sweep(args: argparse.Namespace) -> None:
     from attention import parse_runs, parse_seq_lens
+    from profiling.cli_tables import sweep_lines
     from profiling.sweep import sweep
 
     runs, seq_lens = parse_runs(args.variants), parse_seq_lens(args.seq_lens)
-    with TerminalProgress() as progress:
-        points = sweep(spec_from_args(args), runs, seq_lens, trace_dir(args), progress=progress)
-    _print(points, args.json)
+    spec, directory = spec_from_args(args), trace_dir(args)
+    with profiler_log(directory, args.json):
+        with TerminalProgress() as progress:
+            points = sweep(spec, runs, seq_lens, directory, progress=progress)
+        if args.json:
+            _print(points, True)
+        else:
+            _print_lines(sweep_lines(_plain(points)))
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        print(plain(line))  # again: a table's own text (a lesson quoting a run) passes the same filter
 
 
 def _analyze(args: argparse.Namespace) -> None:
@@ -253,20 +304,27 @@ def _diff(args: argparse.Namespace) -> None:
         print(plain(line))
 
 
-COMMANDS = {"run": _run, "compare": _compare, "sweep": _sweep, "analyze": _analyze, "diff": _diff}
+COMMANDS = {
+    "run": _run,
+    "compare": _compare,
+    "sweep": _sweep,
+    "analyze": _analyze,
+    "diff": _diff,
+    "view": cli_views.run,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
     except (SpecError, TraceError, UsageError) as exc:
         print(f"error: {plain(str(exc))}", file=sys.stderr)
         return 2
     except RuntimeError as exc:  # RunError and friends: the run started and failed
         print(f"error: {plain(str(exc))}", file=sys.stderr)
         return 1
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ forkserver that imported torch once, so a replacement starts in a fraction of th
 Inside a Gradio generator handler, `yield from worker.iterate(...)` yields a tick at least every
 second, so a client that leaves closes the generator at a tick and the child is killed there.
 
+`with worker.stderr_to(log):` sends what the child writes to stderr during calls to `log` (the CLI's
+`profiler.log`): Kineto's and c10's messages, which torch writes from C++ to file descriptor 2.
+
 `ATTENTION_PROFILER_WORKER=0` runs calls in the calling process instead (default on ZeroGPU, whose
 `spaces` already forks the handler): then the limit and cancellation are checked at each progress
 report only.
@@ -23,26 +26,32 @@ import atexit
 import contextlib
 import contextvars
 import functools
-import importlib.machinery
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
-import signal
-import sys
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Callable, Generator, Hashable, Iterator
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from profiling.runner import Progress, RunError
+from profiling.worker_child import first_call as first_call  # public names stay importable from here
+from profiling.worker_child import rebuilt, serve, unpickled
+from profiling.worker_process import (
+    Clock,
+    death_error,
+    forkserver_context,
+    limit_error,
+    main_not_reimported,
+    resident_bytes,
+)
+from profiling.worker_process import death_cause as death_cause  # public names stay importable from here
 
 ENV = "ATTENTION_PROFILER_WORKER"
-# Imported once by the forkserver, so every worker forked from it starts with them loaded.
-PRELOAD = ("torch", "attention", "profiling.runner", "profiling.worker", "profiling.uploads", "profiling.charts")
 POLL_S = 0.05  # how often `call` looks at the clock and at cancelled() while the child works
 HEARTBEAT_S = 1.0  # `iterate` yields at least this often, so a generator handler can be closed
 TERM_GRACE_S = 0.25  # after SIGTERM, time for the child's `finally` blocks before SIGKILL
@@ -65,9 +74,8 @@ def worker_enabled() -> bool:
     return os.environ.get("SPACES_ZERO_GPU", "").lower() not in ("1", "t", "true")
 
 
-# ---------------------------------------------------------------- in the child (or in-process)
+# ---------------------------------------------------------------- whose call it is
 
-_seen: set[Hashable] = set()
 # Who is calling (a session id), so that what one caller ran never shows in another's run.
 _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", default=None)
 
@@ -79,151 +87,7 @@ def called_by(caller: str | None, fn: Callable[..., Any], /, *args: Any, **kwarg
     return fn(*args, **kwargs)
 
 
-def first_call(key: Hashable) -> bool:
-    """True the first time `key` (e.g. an AttentionSpec) is seen in this process, False after.
-
-    A worker process starts with none seen, and a replacement after a kill starts afresh, so the
-    runner can time a spec's first call in a process that has not run it yet (its cold start).
-    """
-    fresh = key not in _seen
-    _seen.add(key)
-    return fresh
-
-
-def _serve(conn: Connection) -> None:
-    """The child's loop: run each request, answer with progress messages and then one outcome."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the server's terminal is the parent's to handle
-    signal.signal(signal.SIGTERM, _exit_on_term)
-    lock = threading.Lock()  # fn may report progress from its own threads
-    while True:
-        try:
-            request = conn.recv_bytes()
-        except (EOFError, OSError):
-            return  # the parent closed the pipe or died: nothing more will come
-        answer = _answer(request, functools.partial(_report, conn, lock))
-        with lock:
-            conn.send_bytes(answer)
-
-
-def _exit_on_term(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # unwinds through the run's `finally` blocks, then the process exits
-
-
-def _report(conn: Connection, lock: threading.Lock, fraction: float, message: str) -> None:
-    with lock:
-        conn.send_bytes(pickle.dumps(("progress", float(fraction), str(message))))
-
-
-def _answer(request: bytes, report: Progress) -> bytes:
-    """Run one pickled request; its value, or its exception's type, args and attributes, pickled."""
-    try:
-        fn, args, kwargs, wants_progress = pickle.loads(request)
-        if wants_progress:
-            kwargs = {**kwargs, "progress": report}
-        return pickle.dumps(("done", fn(*args, **kwargs)))
-    except Exception as exc:  # any failure of the call is the caller's to see, by type and message
-        exc.add_note("in the worker process:\n" + "".join(traceback.format_exception(exc)).rstrip())
-        return _pickled_exception(exc)
-
-
-def _pickled_exception(exc: Exception) -> bytes:
-    """The exception as (type, args, attributes), rebuilt without calling its __init__ (which may take
-    other arguments than its args, as SpecError's does); failing that, as a RunError with its text."""
-    for form in ((type(exc), exc.args, vars(exc)), (type(exc), (str(exc),), {})):
-        with contextlib.suppress(Exception):  # an unpicklable argument or attribute, or a local class
-            return pickle.dumps(("raised", *form))
-    return pickle.dumps(("raised", RunError, (f"{type(exc).__name__}: {exc}",), {}))
-
-
-def _unpickled(message: bytes) -> tuple[Any, ...]:
-    try:
-        return pickle.loads(message)
-    except Exception as exc:  # e.g. a result whose class the parent cannot import
-        raise RunError(f"the worker's answer could not be read here ({type(exc).__name__}: {exc})") from None
-
-
-def _rebuilt(kind: type[BaseException], args: tuple[Any, ...], attributes: dict[str, Any]) -> BaseException:
-    exc = kind.__new__(kind, *args)
-    exc.args = args
-    vars(exc).update(attributes)
-    return exc
-
-
 # ---------------------------------------------------------------- in the parent
-
-
-def _context() -> Any:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(PRELOAD))  # takes effect when the forkserver starts (once per process)
-    return ctx
-
-
-@contextlib.contextmanager
-def _main_not_reimported() -> Iterator[None]:
-    """Start children that do not import the parent's `__main__` script again.
-
-    multiprocessing makes every forkserver child run the parent's main script (for `python app.py`,
-    all of Gradio: seconds per replacement worker, measured 4 s here); the forkserver's own preload
-    of `__main__`, meant to do it once, never does in Python 3.11 (it filters on a key that
-    `get_preparation_data` never sets). The worker only runs functions importable by module name,
-    so while a child starts, main is described as a module named `__main__`, which the child skips.
-    """
-    with _STARTING:  # two threads starting children at once would restore each other's stand-in
-        main = sys.modules["__main__"]
-        saved = getattr(main, "__spec__", None)
-        main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
-        try:
-            yield
-        finally:
-            main.__spec__ = saved
-
-
-_STARTING = threading.Lock()
-
-
-def _limit_error(limit_s: float, stage: str) -> RunError:
-    return RunError(f"time limit: the run passed {limit_s:g} s during {stage}; try a smaller shape")
-
-
-def death_cause(exitcode: int | None) -> str:
-    """Why a child with this exit code ended, in words."""
-    if exitcode is not None and exitcode < 0:
-        name = signal.Signals(-exitcode).name
-        why = {
-            "SIGKILL": "killed from outside, most often by the kernel's out-of-memory killer",
-            "SIGSEGV": "a crash in native code",
-        }.get(name, "stopped by a signal")
-        return f"{name}: {why}"
-    return f"exit status {exitcode}"
-
-
-def _death_error(exitcode: int | None, stage: str) -> RunError:
-    cause = death_cause(exitcode)
-    if exitcode == -signal.SIGKILL:
-        cause += "; try a smaller shape"
-    return RunError(f"the run's worker process died ({cause}) during {stage}; the next run gets a new one")
-
-
-def _resident_bytes(pid: int) -> int:
-    """A process's resident memory, from /proc (0 where there is no /proc)."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-class _Clock:
-    """A call's time limit, counted from the moment the request is sent."""
-
-    def __init__(self, limit_s: float | None) -> None:
-        self.limit_s = limit_s
-        self.started = time.monotonic()
-
-    def remaining_s(self) -> float:
-        if self.limit_s is None:
-            return float("inf")
-        return self.limit_s - (time.monotonic() - self.started)
 
 
 class Worker:
@@ -238,15 +102,28 @@ class Worker:
         self._process: Any = None
         self._conn: Connection | None = None
         self._callers: dict[Hashable, str | None] = {}  # private keys run in this process, by caller
+        self.stderr_path: str | None = None  # see `stderr_to`
         _workers.add(self)
+
+    @contextlib.contextmanager
+    def stderr_to(self, path: str | Path | None) -> Iterator[None]:
+        """While open, each call's stderr in the child (file descriptor 2: what torch prints from C++
+        too) is appended to `path`. The call's outcome, an exception included, still comes back by
+        pipe, so no error is lost. In-process calls (`enabled=False`) leave stderr alone: it is the
+        caller's own, with its progress bar and its error messages."""
+        saved, self.stderr_path = self.stderr_path, None if path is None else str(path)
+        try:
+            yield
+        finally:
+            self.stderr_path = saved
 
     def limit_error(self, limit_s: float, stage: str) -> Exception:
         """What a call that passed its time limit raises (a subclass words it for its own work)."""
-        return _limit_error(limit_s, stage)
+        return limit_error(limit_s, stage)
 
     def death_error(self, exitcode: int | None, stage: str) -> Exception:
         """What a call whose process died raises."""
-        return _death_error(exitcode, stage)
+        return death_error(exitcode, stage)
 
     @property
     def pid(self) -> int | None:
@@ -321,22 +198,22 @@ class Worker:
         with self._lock:
             self._keep_private(private)
             conn = self._ready()
-            conn.send_bytes(pickle.dumps((fn, args, kwargs, progress is not None)))
+            conn.send_bytes(pickle.dumps((fn, args, kwargs, progress is not None, self.stderr_path)))
             finished = False
             try:
-                kind, *body = yield from self._await(conn, _Clock(time_limit_s), progress, tick, heartbeat_s)
+                kind, *body = yield from self._await(conn, Clock(time_limit_s), progress, tick, heartbeat_s)
                 finished = True  # the child answered and waits for the next call
             finally:
                 if not finished:  # time limit, cancellation, a dead child, or the caller's own exception
                     self._stop()
-            if _resident_bytes(self._process.pid) > self.recycle_rss_bytes:
+            if resident_bytes(self._process.pid) > self.recycle_rss_bytes:
                 self._stop()
         if kind == "raised":
-            raise _rebuilt(*body)
+            raise rebuilt(*body)
         return body[0]
 
     def _await(
-        self, conn: Connection, clock: _Clock, progress: Progress | None, tick: Any, heartbeat_s: float
+        self, conn: Connection, clock: Clock, progress: Progress | None, tick: Any, heartbeat_s: float
     ) -> Generator[Any, None, tuple[Any, ...]]:
         """Forward the child's progress until its outcome ("done" or "raised") arrives, and return that;
         tick while waiting; enforce the clock."""
@@ -366,7 +243,7 @@ class Worker:
             except (EOFError, OSError):
                 message = None  # the pipe closed: the child is gone
             if message is not None:
-                return _unpickled(message)
+                return unpickled(message)
         self._process.join()  # reaps it; the forkserver reports its exit status
         raise self.death_error(self._process.exitcode, stage)
 
@@ -385,11 +262,11 @@ class Worker:
         if self._process is not None and not self._process.is_alive():
             self._stop()
         if self._process is None:
-            ctx = _context()
+            ctx = forkserver_context()
             conn, child_end = ctx.Pipe(duplex=True)
-            process = ctx.Process(target=_serve, args=(child_end,), name=WORKER_NAME)
+            process = ctx.Process(target=serve, args=(child_end,), name=WORKER_NAME)
             try:
-                with _main_not_reimported():
+                with main_not_reimported():
                     process.start()
             finally:
                 child_end.close()
@@ -427,7 +304,7 @@ class Worker:
         if progress is None:
             with self._lock:
                 return fn(*args, **kwargs)
-        clock, stage = _Clock(time_limit_s), ["its first stage"]
+        clock, stage = Clock(time_limit_s), ["its first stage"]
 
         def report(fraction: float, message: str) -> None:
             if cancelled is not None and cancelled():

@@ -23,7 +23,7 @@ import pytest
 
 import profiling
 from profiling import kernels
-from profiling.__main__ import plain
+from profiling.terminal import plain
 from profiling.trace import parse_trace
 from tests.timing_slack import TIMING_SLACK
 
