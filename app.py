@@ -8,17 +8,36 @@ from __future__ import annotations
 
 import html
 import os
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from endpoints import QUEUE_SIZE
+from ui.agents import register_agent_endpoints
 from ui.analyze_tab import analyze_tab
 from ui.compare_tab import compare_tab
 from ui.diff_tab import diff_tab
 from ui.profile_tab import profile_tab
 from ui.shape import shape_controls
 from ui.sweep_tab import sweep_tab
+
+# The tabs whose endpoints take the shape panel's values, by label (a tab's select event carries its label).
+SHAPED_TABS = PROFILE, COMPARE, SWEEP = "Profile", "Compare", "Sweep"
+PHONE_WIDTH_PX = 640  # ui/page.css's breakpoint
+# On a phone the tabs must come first: the panel starts closed there (one tap opens it). In the browser,
+# on load, because only the browser knows its width.
+COLLAPSE_ON_PHONE = f"""() => {{
+    if (window.innerWidth > {PHONE_WIDTH_PX}) return;
+    const toggle = document.querySelector("#shape-panel .label-wrap");
+    if (toggle && toggle.classList.contains("open")) toggle.click();
+}}"""
+PAGE_CSS = Path(__file__).resolve().parent / "ui" / "page.css"
+
+
+def shape_panel_on(selected: gr.SelectData) -> Any:
+    """The shape panel's visibility for the tab just selected: only the tabs that run attention use it."""
+    return gr.update(visible=selected.value in SHAPED_TABS)
 
 
 def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
@@ -35,20 +54,27 @@ def build_demo(queue_size: int = QUEUE_SIZE) -> gr.Blocks:
         gr.Markdown(
             "# Attention Profiler\nWhat attention really costs, from `torch.profiler` traces: naive vs in-place vs "
             "SDPA's math, flash, efficient and cuDNN backends. After the Hugging Face blog post *Profiling in "
-            f"PyTorch (Part 3): Attention is all you profile*. Running on **{html.escape(hardware)}**."
+            f"PyTorch (Part 3): Attention is all you profile*. Running on **{html.escape(hardware)}**.",
+            elem_id="header",
         )
         history = gr.State([])
-        shape = shape_controls(PRESETS["blog"] if cuda else PRESETS["cpu-small"], cuda)
-        with gr.Tab("Profile"):
-            profile_tab(shape, history, cuda)
-        with gr.Tab("Compare"):
-            compare_tab(shape, history)
-        with gr.Tab("Diff"):
-            diff_tab(history)
-        with gr.Tab("Sweep"):
-            sweep_tab(shape)
-        with gr.Tab("Analyze a trace"):
-            analyze_tab()
+        # One panel, rendered once above the tabs: shown on the tabs that run attention, hidden on the others.
+        with gr.Accordion("Shape and run settings", elem_id="shape-panel") as panel:
+            shape = shape_controls(PRESETS["blog"] if cuda else PRESETS["cpu-small"], cuda)
+        with gr.Tabs(elem_id="tabs", overflow_behavior="wrap") as tabs:
+            with gr.Tab(PROFILE, id="profile"):
+                profile_tab(shape, history, cuda)
+            with gr.Tab(COMPARE, id="compare"):
+                compare_tab(shape, history)
+            with gr.Tab("Diff", id="diff"):
+                diff_tab(history)
+            with gr.Tab(SWEEP, id="sweep"):
+                sweep_tab(shape)
+            with gr.Tab("Analyze a trace", id="analyze"):
+                analyze_tab()
+        tabs.select(shape_panel_on, None, panel, api_visibility="private", queue=False, show_progress="hidden")
+        register_agent_endpoints(shape)
+        demo.load(None, js=COLLAPSE_ON_PHONE, api_visibility="private")
     demo.queue(max_size=queue_size, default_concurrency_limit=1)
     return demo
 
@@ -67,6 +93,7 @@ def launch(demo: gr.Blocks, **options: Any) -> Any:
         "server_port": int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         "mcp_server": True,
         "max_file_size": MAX_UPLOAD_BYTES,  # Gradio refuses a bigger upload before it is stored
+        "css_paths": [PAGE_CSS],
         "app_kwargs": {"middleware": [fair_use]},
     }
     return demo.launch(**{**defaults, **options})

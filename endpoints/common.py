@@ -137,6 +137,7 @@ def while_running(
     """
     from profiling.worker import called_by, until_closed
 
-    tick = tuple(gr.skip() for _ in range(outputs))
+    # A handler with one output takes a tuple as that output's value: its "no change" is a bare skip.
+    tick = gr.skip() if outputs == 1 else tuple(gr.skip() for _ in range(outputs))
     with user_errors():
         return (yield from until_closed(called_by, caller, work, *args, tick=tick, **kwargs))

@@ -20,10 +20,13 @@ from endpoints.common import (
 def analyze(trace: str | None, progress: gr.Progress = gr.Progress()) -> Generator[tuple, None, None]:
     """Analyze an uploaded torch.profiler Chrome trace.
 
-    Args:
-        trace: a .json or .json.gz Chrome trace from torch.profiler (CUDA, ROCm or CPU).
+    Returns 8 outputs: the summary (a dict: counts, times in µs, shares in percent, findings as records),
+    the op table, kernel table, steps and annotations (times in µs), the timeline (a Plotly figure), the
+    insights (escaped Markdown) and the steps chart (Plotly). For agents, /analyze_summary returns the
+    summary and findings alone, as compact JSON.
 
-    Returns the summary, op table, kernel table, timeline, steps, annotations, insights and steps chart.
+    Args:
+        trace: a .json or .json.gz Chrome trace from torch.profiler (CUDA, ROCm or CPU), uploaded here first.
     """
     from gradio.components.plot import PlotData
 
@@ -50,12 +53,12 @@ def diff_traces(
 ) -> Generator[tuple, None, None]:
     """What changed between two uploaded torch.profiler Chrome traces of one job.
 
-    Args:
-        before: a .json or .json.gz Chrome trace from torch.profiler.
-        after: another trace of the same job, after the change.
+    Returns 2 outputs: the diff (a dict: ops and kernels added, removed and changed with Δ and Δ%, the step
+    breakdown, the GPU metrics and the largest growths; times in µs) and the same as a plain-text table.
 
-    Returns the diff (ops and kernels added, removed and changed with Δ and Δ%, the step breakdown, the GPU
-    metrics and the largest growths; times in µs) and the same as a plain-text table.
+    Args:
+        before: a .json or .json.gz Chrome trace from torch.profiler, uploaded here first.
+        after: another trace of the same job, after the change.
     """
     from profiling.trace_diff import diff_text, diff_uploads
     from profiling.uploads import analyze_time_limit_s
@@ -70,6 +73,9 @@ def diff_traces(
 def diff(before: dict, after: dict) -> list[dict]:
     """Ops and kernels added, removed and changed per forward between two runs.
 
+    Returns a list of rows (dicts): what changed (an op, kernel or total), its count or value before and
+    after, and the difference; times in ms, memory in bytes, counts per forward.
+
     Args:
         before: a summary returned by /profile or a row of /compare.
         after: another such summary.
@@ -83,7 +89,10 @@ def diff(before: dict, after: dict) -> list[dict]:
 
 
 def share(trace: str | None, repo_id: str, token: str, oauth_token: gr.OAuthToken | None = None) -> tuple:
-    """Upload a trace to a public Hub dataset repo you own; returns its URL and a Perfetto link.
+    """Upload a trace to a public Hub dataset repo you own.
+
+    Returns 2 outputs: the links (a dict: url of the file on the Hub, perfetto_url that opens it in Perfetto,
+    and a note) and the same as Markdown.
 
     Args:
         trace: a trace file produced by or uploaded to this app.

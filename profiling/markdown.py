@@ -8,6 +8,7 @@ backslash-escaped, which renders it literally and leaves no tag, link or emphasi
 
 from __future__ import annotations
 
+import html
 import re
 import string
 from typing import Any
@@ -112,7 +113,12 @@ TIMED_HOW = "_forward and backward: unprofiled wall clock with device sync, medi
 
 
 def metric_cards(summary: dict[str, Any]) -> str:
-    """Profile's headline: one row of the numbers a reader looks for first, then how the times were taken."""
+    """Profile's headline: a card per number a reader looks for first, then how the times were taken.
+
+    The cards are a `<dl>` that the page's CSS lays out as a wrapping grid (`ui/page.css`), so a phone
+    wraps them card by card. Inside an HTML block Markdown is not parsed, so the values are HTML-escaped
+    rather than Markdown-escaped: every one of them is still text, never markup.
+    """
     training = summary.get("mode") == "training"
     cards = {
         "forward (unprofiled)": _timed(summary, "forward"),
@@ -122,8 +128,11 @@ def metric_cards(summary: dict[str, Any]) -> str:
         **({"saved for backward": _mib(summary.get("saved_for_backward_bytes"))} if training else {}),
         "throughput": _throughput(summary),
         "max abs error": f"{summary.get('max_abs_error', 0):.2e}",
-        "backend used": escape(summary.get("backend_used") or summary.get("variant") or "n/a"),
+        "backend used": str(summary.get("backend_used") or summary.get("variant") or "n/a"),
     }
-    header = " | ".join(cards)
-    row = " | ".join(f"**{v}**" for v in cards.values())
-    return f"| {header} |\n|{' --- |' * len(cards)}\n| {row} |\n\n{TIMED_HOW}"
+    items = "".join(
+        f'<div class="metric-card"><dt class="metric-label">{html.escape(label)}</dt>'
+        f'<dd class="metric-value">{html.escape(_LINE_BREAKS.sub(" ", value))}</dd></div>'
+        for label, value in cards.items()
+    )
+    return f'<dl class="metric-cards">{items}</dl>\n\n{TIMED_HOW}'

@@ -125,8 +125,14 @@ def analyze_upload(
     progress: Progress | None = None,
     cancelled: Callable[[], bool] | None = None,
     worker: Worker | None = None,
-) -> UploadOutputs:
+    work: Callable[..., Any] = upload_outputs,
+    args: tuple[Any, ...] = (),
+) -> Any:
     """The page's outputs for the trace at `path`, analysed within its admitted memory and `time_limit_s`.
+
+    `work(path, reader_limits, *args, progress=...)` is what runs in the analysis process: `upload_outputs`
+    (the Analyze tab's outputs) unless another reading of the trace is named (`profiling.views.view_file`);
+    it is charged the same memory, as it reads the same trace.
 
     Raises TraceError (AdmissionError: too big, or the server busy; AnalysisStopped: time limit or
     caller gone) with a message that starts with `trace:`. `worker` defaults to a fresh one, stopped
@@ -142,9 +148,10 @@ def analyze_upload(
         with analysis_gate().admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled):
             left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - started))
             return own.call(
-                upload_outputs,
+                work,
                 str(path),
                 cost.reader_limits(),
+                *args,
                 time_limit_s=left,
                 progress=check if not own.enabled else progress,
                 cancelled=cancelled,

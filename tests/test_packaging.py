@@ -24,3 +24,11 @@ def test_torch_is_pinned_and_readme_gives_both_commands():
     assert "pip install -r requirements.txt && python app.py" in readme
     assert "pip install -r requirements-dev.txt && python -m pytest" in readme
     assert "grep -m1 '^pip install -r requirements-dev.txt' README.md" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_quick_start_has_a_venv_and_cpu_wheels():
+    """A fresh clone's user gets a virtual environment and, off a Space, CPU-only torch of the pinned version."""
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"^python3?[\d.]* -m venv \.venv && \. \.venv/bin/activate$", readme, flags=re.M)
+    pin = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("torch=="))
+    assert f"pip install {pin} --index-url https://download.pytorch.org/whl/cpu" in readme

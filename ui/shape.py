@@ -7,6 +7,12 @@ from typing import Any
 
 import gradio as gr
 
+from ui.components import integer
+
+# The device's choices are what this machine accepts; the info says what the missing GPU would add.
+CPU_INFO = "no GPU on this server: auto runs on the CPU; a GPU adds device times, CUDA kernels and the fused backends"
+GPU_INFO = "auto runs on the GPU: device times, CUDA kernels and the fused flash, efficient and cuDNN backends"
+
 
 @dataclass
 class Shape:
@@ -40,14 +46,18 @@ def shape_controls(defaults: dict[str, Any], cuda: bool) -> Shape:
 
     def size(name: str) -> gr.Number:
         low, high = LIMITS[name]
-        return gr.Number(value=defaults[name], label=name, info=f"{low}–{high:,}", minimum=None, precision=None)
+        return integer(name, defaults[name], info=f"{low}–{high:,}")
 
     with gr.Row():
         batch, heads, seq_len, head_dim = size("batch"), size("heads"), size("seq_len"), size("head_dim")
     with gr.Row():
         dtype = gr.Dropdown(list(DTYPES), value=defaults["dtype"], label="dtype", allow_custom_value=True)
         device = gr.Dropdown(
-            ["auto", "cpu", "cuda"] if cuda else ["auto", "cpu"], value="auto", label="device", allow_custom_value=True
+            ["auto", "cpu", "cuda"] if cuda else ["auto", "cpu"],
+            value="auto",
+            label="device",
+            info=GPU_INFO if cuda else CPU_INFO,
+            allow_custom_value=True,
         )
         compile_box = gr.Checkbox(False, label="torch.compile")
     return Shape(batch, heads, seq_len, head_dim, dtype, device, compile_box, *_practice_controls())
@@ -65,10 +75,10 @@ def _practice_controls() -> tuple[Any, ...]:
             info="training adds the backward pass",
             allow_custom_value=True,
         )
-        kv_heads = gr.Number(0, label="kv_heads", info="0 = heads; fewer is GQA, 1 is MQA", precision=None)
-        q_len = gr.Number(0, label="q_len", info="0 = seq_len; 1 is KV-cache decode", precision=None)
+        kv_heads = integer("kv_heads", 0, info="0 = heads; fewer is GQA, 1 is MQA")
+        q_len = integer("q_len", 0, info="0 = seq_len; 1 is KV-cache decode")
         mask = gr.Dropdown(list(MASKS), value="causal", label="mask", allow_custom_value=True)
-        window = gr.Number(0, label="window", info="keys each query sees", visible=False, precision=None)
+        window = integer("window", 0, info="keys each query sees", visible=False)
         valid_len = gr.Textbox("", label="valid_len", info="one length, or one per batch row", visible=False)
     mask.change(
         lambda m: (gr.update(visible=m == "sliding_window"), gr.update(visible=m == "padding")),

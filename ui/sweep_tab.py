@@ -15,7 +15,7 @@ def sweep_tab(shape: Shape) -> None:
         variants = gr.CheckboxGroup(list(RUN_NAMES), value=["naive", "sdpa-math", "sdpa-flash"], label="variants")
         seq_lens = gr.Textbox("128,256,512,1024", label="seq_len values", info="comma list")
         button = gr.Button("Sweep", variant="primary")
-    chart = gr.Plot(label="chart")
+    chart = gr.Plot(label="chart", elem_id="sweep-chart")
     points = gr.JSON(label="points")
     inputs = [
         *(variants, seq_lens, shape.batch, shape.heads, shape.head_dim, shape.dtype, shape.device, shape.compile),

@@ -1,6 +1,9 @@
 """Figures are bounded, say what they merged, and show CPU and GPU lanes."""
 
 import json
+import re
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,7 +21,7 @@ def lanes(fig):
 def test_our_run_has_cpu_lanes_and_zooms_to_the_first_forward(cpu_runs):
     result = cpu_runs["naive"]
     fig = timeline(result.analysis)
-    assert any(lane.startswith("CPU thread") for lane in lanes(fig))
+    assert any(re.fullmatch(r"thread \d+ \(.+\)", lane) for lane in lanes(fig))  # torch's name for the thread
     first = result.trace.complete.query("name == 'attn_fwd'").sort_values("ts").iloc[0]
     start, stop = fig.layout.xaxis.range
     assert stop - start < 1.2 * first["dur"] / 1e3
@@ -28,7 +31,7 @@ def test_our_run_has_cpu_lanes_and_zooms_to_the_first_forward(cpu_runs):
 
 def test_gpu_trace_has_stream_lanes_and_kernel_hover():
     fig = timeline(analyze(load_trace(DATA / "a100_simple_add.json.gz")))
-    assert any(lane.startswith("GPU 0 stream") for lane in lanes(fig))
+    assert any(lane.startswith("GPU 0 · stream") for lane in lanes(fig))
     assert not any(lane in ("CPU thread 7", "CPU thread 20") for lane in lanes(fig))  # device syncs sit on GPU lanes
     kernel = next(t for t in fig.data if t.name == "kernel")
     assert any("regs/thread" in h and "occupancy" in h for h in kernel.hovertext)
@@ -59,9 +62,9 @@ def test_compare_and_sweep_charts():
         {"variant": "sdpa", "backend": "cudnn", "error": "only on CUDA"},
     ]
     fig = compare_chart(rows)
-    assert fig.layout.barmode == "group" and [list(t.x) for t in fig.data] == [["naive"]] * 3
-    assert [list(t.y) for t in fig.data] == [[1.0]] * 3  # naive relative to itself
-    assert "2.000 ms" in fig.data[0].hovertext[0]
+    assert [list(t.y) for t in fig.data] == [["naive", "sdpa-cudnn"]] * 3  # the run that could not run keeps its row
+    assert [list(t.x) for t in fig.data] == [[1.0, None], [6, None], [1.0, None]]  # ×naive, kernels, MiB
+    assert "2.000 ms" in fig.data[0].hovertext[0] and "only on CUDA" in fig.data[0].hovertext[1]
     points = pd.DataFrame(
         [
             {"run": "naive", "seq_len": 128, "status": "ok", "forward_ms": 1.0, "peak_memory_bytes": 10},
@@ -165,3 +168,39 @@ def test_hover_shows_cpp_names_escaped_not_as_markup():
     fig = timeline(analyze(parse_trace(json.dumps({"traceEvents": events}).encode())))
     hover = " ".join(fig.data[0].hovertext)
     assert "foo&lt;float&gt;" in hover and "<img" not in hover and "&lt;img" in hover
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+def test_the_timeline_legend_never_covers_the_title_on_a_phone(tmp_path):
+    """Drawn by plotly.js in headless Chromium at 390 and 1400 px: the category legend sits below the x axis,
+    clear of the title and its notes, and neither runs past the page's width."""
+    import plotly
+    from playwright.sync_api import sync_playwright
+
+    fig = timeline(analyze(load_trace(DATA / "gpu" / "h100_qwen1.5-0.5b_prefill.json.gz")), max_bars=2000)
+    assert "merged into" in fig.layout.title.text  # a title with its note: the longest it gets
+    script = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text()
+    page = tmp_path / "timeline.html"
+    page.write_text(
+        f"<!doctype html><meta charset=utf-8><body style='margin:0'><div id=p></div><script>{script}</script>"
+        f"<script>const f = {fig.to_json()}; Plotly.newPlot('p', f.data, f.layout, {{responsive: true}});</script>"
+    )
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless=new", "--no-sandbox", "--disable-gpu"])
+        try:
+            for width in (390, 1400):
+                view = browser.new_page(viewport={"width": width, "height": 900})
+                view.goto(page.as_uri())
+                view.locator(".legend").first.wait_for()
+                title, legend, axis = (view.locator(s).first.bounding_box() for s in (".gtitle", ".legend", ".xtitle"))
+                assert legend["y"] >= axis["y"] + axis["height"], (width, legend, axis)  # below the plot
+                assert title["y"] + title["height"] <= legend["y"], (width, title, legend)
+                for box in (title, legend):
+                    assert box["x"] >= 0 and box["x"] + box["width"] <= width, (width, box)
+                view.close()
+        finally:
+            browser.close()
