@@ -8,6 +8,7 @@ blocker left on (Playwright turns it off by default), so the tab must open insid
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -23,6 +24,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.conftest import DATA, ROOT
 from tests.test_browser import CHROMIUM, FLAGS
@@ -114,12 +116,21 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
+COLLAPSED = """() => {
+    const toggle = document.querySelector("#shape-panel .label-wrap");
+    return toggle && !toggle.classList.contains("open");
+}"""
+
+
 def _open(browser: Any, url: str, viewport: dict[str, int]) -> Any:
     phone = viewport["width"] < 600
     context = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone, device_scale_factor=1)
     page = context.new_page()
     page.goto(url, wait_until="domcontentloaded")
     page.get_by_role("button", name="Profile", exact=True).wait_for(timeout=PAGE_S * 1000)
+    if phone:  # the page's load step closes the shape panel on a phone; it runs after the first paint
+        with contextlib.suppress(PlaywrightTimeout):  # if it never does, the layout test says what it sees
+            page.wait_for_function(COLLAPSED, timeout=PAGE_S * 1000)
     return page
 
 

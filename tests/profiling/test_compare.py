@@ -228,10 +228,11 @@ def test_chart_draws_the_interval_as_error_bars():
     rows = [row("naive", "auto", naive), row("sdpa", "flash", flash)]
     add_speedups(rows)
     fig = compare_chart(rows)
-    forward = fig.data[0]
+    forward = fig.data[0]  # the speed-up panel: naive's median forward time over the run's
     speedup, (lo, hi) = rows[1]["speedup"], rows[1]["speedup_ci"]
-    assert forward.y[1] == pytest.approx(1 / speedup)
-    assert forward.y[1] + forward.error_y.array[1] == pytest.approx(1 / lo)
-    assert forward.y[1] - forward.error_y.arrayminus[1] == pytest.approx(1 / hi)
+    assert speedup == pytest.approx(statistics.median(naive) / statistics.median(flash), rel=1e-6)
+    assert forward.x[1] == pytest.approx(speedup)
+    assert forward.x[1] + forward.error_x.array[1] == pytest.approx(hi)
+    assert forward.x[1] - forward.error_x.arrayminus[1] == pytest.approx(lo)
     assert fig.layout.title.text.startswith("sdpa-flash is ")
     assert f"median {statistics.median(flash):.3f} ms" in forward.hovertext[1]

@@ -60,7 +60,7 @@ def test_the_estimate_grows_with_the_timing_budget(monkeypatch):
 
 
 def test_the_zerogpu_duration_holds_the_timing_loops(monkeypatch):
-    import endpoints
+    from endpoints import common as endpoints
 
     monkeypatch.setenv(BUDGET_ENV, "0.5")
     quick = endpoints.gpu_seconds(1)

@@ -3,8 +3,10 @@ scripted clock (no test here depends on this machine's speed)."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -186,9 +188,9 @@ def test_the_real_clock_times_a_real_call():
 
 
 def card_row(markdown: str) -> dict[str, str]:
-    header, _, values = markdown.splitlines()[:3]
-    cells = [c.strip() for c in header.strip("|").split("|")]
-    return dict(zip(cells, (v.strip().strip("*") for v in values.strip("|").split("|")), strict=True))
+    """The cards as the page shows them: each `<dt>` label with its `<dd>` value, unescaped."""
+    pairs = re.findall(r"<dt[^>]*>(.*?)</dt>\s*<dd[^>]*>(.*?)</dd>", markdown)
+    return {html.unescape(label): html.unescape(value) for label, value in pairs}
 
 
 def plain_figure(samples: list[float]) -> str:
