@@ -233,16 +233,18 @@ def lane_names(rows: Rows, texts: dict[str, TextColumn], metadata: np.ndarray) -
     """
     if not len(metadata):
         return {}
-    keys = pd.DataFrame({column: texts[column][0][metadata] for column in ("name", "pid", "tid")})
-    kind = np.array(texts["name"][1], dtype=object)[keys["name"].to_numpy()]
-    named = pd.Series(kind, dtype=object).isin(list(LANE_NAME_KINDS)).to_numpy()
-    keys, at = keys[named], metadata[named]
-    first = ~keys.duplicated().to_numpy()
-    found = _names_at(rows, texts, at[first])
-    unnamed = pd.MultiIndex.from_frame(keys[first]).difference(pd.MultiIndex.from_tuples(found, names=keys.columns))
-    if len(unnamed) and len(found) < MAX_LANE_NAMES:  # keys whose first value was no text: their later rows
-        again = pd.MultiIndex.from_frame(keys).isin(unnamed)
-        found |= _names_at(rows, texts, at[again])
+    # A batch holds tens of metadata rows: plain Python over their codes, where pandas frames cost ms per batch.
+    kinds = texts["name"][1]
+    keys = list(zip(*(texts[column][0][metadata].tolist() for column in ("name", "pid", "tid")), strict=True))
+    named = [i for i, key in enumerate(keys) if kinds[key[0]] in LANE_NAME_KINDS]
+    first_of: dict[tuple[int, int, int], int] = {}
+    for i in named:
+        first_of.setdefault(keys[i], i)
+    first = list(first_of.values())  # each key's first row, in file order
+    found = _names_at(rows, texts, metadata[first])
+    unnamed = {keys[i] for i in first} - found.keys()
+    if unnamed and len(found) < MAX_LANE_NAMES:  # keys whose first value was no text: their later rows
+        found |= _names_at(rows, texts, metadata[[i for i in named if keys[i] in unnamed]])
     ordered = sorted(found.items(), key=lambda item: item[1][0])[:MAX_LANE_NAMES]  # file order: the first keys
     return {_lane_key(texts, codes): cut_name(name) for codes, (_, name) in ordered}
 

@@ -33,7 +33,7 @@ import pandas as pd
 from profiling import intervals as iv
 from profiling.kernels import MAX_NAMES_DECODED, decode
 from profiling.step_breakdown import adjusted_steps, steps_span
-from profiling.trace import Trace
+from profiling.trace import Trace, per_trace
 
 # Names of collectives the decoder may not know; searched case-blind. Linear in the name: literal
 # alternatives, each with at most one optional character. Inductor's `triton_*` kernels are left out:
@@ -104,6 +104,7 @@ def _step_windows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return (np.array([span[0]]), np.array([span[1]])) if span else (np.empty(0), np.empty(0))
 
 
+@per_trace
 def communication_stats(trace: Trace) -> CommunicationStats | None:
     """The collectives' time, share of the steps and overlap; None where the trace has no collective kernel."""
     kernels = trace.kernels

@@ -28,7 +28,7 @@ from profiling import intervals as iv
 from profiling.devices import describe, device_ids, device_index, device_mapping
 from profiling.kernels import UNKNOWN, decode
 from profiling.step_breakdown import steps_span
-from profiling.trace import Trace
+from profiling.trace import Trace, per_trace
 
 METRICS = (
     "gpu_utilization_percent",
@@ -155,6 +155,7 @@ def _device_metrics(
     }
 
 
+@per_trace
 def gpu_metrics(trace: Trace) -> dict[str, Any]:
     """Per-GPU metrics in `gpus`, and at the top level the first GPU's description and the mean over GPUs.
 

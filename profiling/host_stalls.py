@@ -24,7 +24,7 @@ from profiling import intervals as iv
 from profiling.idle_time import idle_breakdown_us, stream_keys
 from profiling.step_breakdown import adjusted_steps, step_names, steps_span
 from profiling.structure import structure
-from profiling.trace import LAUNCH_CATEGORIES, Trace
+from profiling.trace import LAUNCH_CATEGORIES, Trace, per_trace
 
 # Host calls that return only once the device has caught up. cudaMemcpy and its synchronous relatives
 # (hipMemcpyWithStream is what torch's ROCm build calls for a blocking copy), and the synchronize calls.
@@ -118,6 +118,7 @@ def idle_intervals(trace: Trace) -> tuple[iv.Intervals, float] | None:
     return iv.subtract(whole, busy), float(span[1] - span[0])
 
 
+@per_trace
 def blocking_syncs(trace: Trace) -> SyncReport | None:
     """The syncs that each cover at least SYNC_MIN_US and SYNC_MIN_IDLE_SHARE of the GPU's idle time;
     None where the trace has no kernels or no sync."""
@@ -199,6 +200,7 @@ def graph_launches(trace: Trace) -> int:
     return len(_rows_named(trace, LAUNCH_CATEGORIES, lambda n: api_name(n) in GRAPH_LAUNCHES))
 
 
+@per_trace
 def launch_stats(trace: Trace) -> LaunchStats | None:
     """Graph launches, host wait and kernel cadence over the steps' span; None without steps or kernels in it."""
     steps = adjusted_steps(trace)

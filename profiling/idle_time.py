@@ -32,7 +32,7 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.step_breakdown import launch_spans, steps_span
-from profiling.trace import Trace
+from profiling.trace import Trace, per_trace
 
 CONSECUTIVE_KERNEL_DELAY_US = 30.0  # HTA TraceAnalysis.get_idle_time_breakdown(consecutive_kernel_delay=30)
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -58,6 +58,17 @@ def stream_keys(gpu: pd.DataFrame) -> pd.Series:
 
 def idle_breakdown_us(trace: Trace, consecutive_kernel_delay_us: float = CONSECUTIVE_KERNEL_DELAY_US) -> dict:
     """`{stream: {host_wait, kernel_wait, other}}` in µs, by HTA's idle-time rules; {} without GPU work."""
+    if consecutive_kernel_delay_us == CONSECUTIVE_KERNEL_DELAY_US:
+        return _default_breakdown(trace)  # the summary's and launch_stats's: computed once per trace
+    return _breakdown(trace, consecutive_kernel_delay_us)
+
+
+@per_trace
+def _default_breakdown(trace: Trace) -> dict:
+    return _breakdown(trace, CONSECUTIVE_KERNEL_DELAY_US)
+
+
+def _breakdown(trace: Trace, consecutive_kernel_delay_us: float) -> dict:
     gpu = trace.gpu_activity
     gpu = gpu[gpu["stream"].notna() & gpu["stream"].ge(0)]
     if gpu.empty:

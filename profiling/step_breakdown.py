@@ -31,7 +31,7 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.fallback_step import fallback_step
-from profiling.trace import LAUNCH_CATEGORIES, Trace
+from profiling.trace import LAUNCH_CATEGORIES, Trace, per_trace
 
 # torch numbers steps with a 64-bit counter: more digits (or non-ASCII ones) make an annotation, not a step.
 # Matched whole (`fullmatch`): `$` would accept a trailing newline.
@@ -277,6 +277,7 @@ def exclusive_roles(trace: Trace) -> dict[str, iv.Intervals]:
     return out
 
 
+@per_trace
 def step_breakdown(trace: Trace) -> StepBreakdown:
     """Average step time and per-role averages over the plugin's steps; None/empty without steps."""
     steps = adjusted_steps(trace)

@@ -136,13 +136,23 @@ def structure(trace: Trace) -> Structure:
         return trace.derived.structure
     ev = trace.events
     depth, parent = nest(ev, lane_codes(trace))
-    is_aten = (ev["cat"].to_numpy() == "cpu_op") & ev["name"].str.startswith("aten::").to_numpy()
+    is_aten = _is_aten(ev)
     counts_as_compute = (is_aten & ~metadata_ops(ev)).astype(np.float64)
     # A compute op is a leaf: none of its descendants is itself a compute op.
     descendants = propagate_up(counts_as_compute, parent, depth) - counts_as_compute
     result = Structure(depth, parent, is_aten, (counts_as_compute > 0) & (descendants == 0))
     trace.derived.structure = result
     return result
+
+
+def _is_aten(events: pd.DataFrame) -> np.ndarray:
+    """`cpu_op` events named `aten::...`; the prefix is tested once per distinct name of the ops, not per event."""
+    ops = np.flatnonzero(events["cat"].to_numpy() == "cpu_op")
+    codes, names = pd.factorize(events["name"].to_numpy()[ops])  # a missing name is -1: not aten
+    flags = np.fromiter((isinstance(n, str) and n.startswith("aten::") for n in names), bool, count=len(names))
+    is_aten = np.zeros(len(events), dtype=bool)
+    is_aten[ops] = np.append(flags, False)[codes]
+    return is_aten
 
 
 def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:

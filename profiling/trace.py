@@ -7,10 +7,12 @@ skipped and counted, and category spellings of every Kineto vintage are normalis
 
 from __future__ import annotations
 
+import copy
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -114,6 +116,28 @@ class Derived:
     attention: Any = None  # attention_found.AttentionFound: the fused kernels and unfused matches
     copy_table: pd.DataFrame | None = None  # copy_causes.copy_table: every copy with its cause
     factorized: dict[str, tuple[np.ndarray, pd.Index]] = field(default_factory=dict)  # column -> codes, values
+    # Whole-trace results that the summary and several insight rules each ask for (`per_trace`), by function.
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+_Result = TypeVar("_Result")
+
+
+def per_trace(compute: Callable[[Trace], _Result]) -> Callable[[Trace], _Result]:
+    """`compute(trace)` once per trace, kept in `trace.derived.results`: the summary and three insight rules
+    each read `gpu_metrics`, `launch_stats`, `idle_breakdown_us`, ... of the same trace. A dict result is
+    handed out as a deep copy, so a caller that changes it changes no other caller's."""
+    key = f"{compute.__module__}.{compute.__qualname__}"
+
+    @functools.wraps(compute)
+    def once(trace: Trace) -> _Result:
+        results = trace.derived.results
+        if key not in results:
+            results[key] = compute(trace)
+        value = results[key]
+        return copy.deepcopy(value) if isinstance(value, dict) else value
+
+    return once
 
 
 @dataclass
