@@ -21,6 +21,7 @@ from profiling.job.rank_summary import RankSummary, summarize_or_error
 from profiling.job.ranks import MAX_RANKS, JobError, JobRanks, assign_ranks
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+CONNECT_TIMEOUT = "20s"  # a scheduler that does not answer: an error soon, not Dask's default wait
 TRACE_SUFFIXES = (".json", ".json.gz")
 JobProgress = Callable[[float, str], None]  # progress(fraction of ranks done, message)
 
@@ -108,7 +109,7 @@ def _client(scheduler: str | None) -> Iterator[Any]:
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
-        with Client(scheduler) as client:
+        with Client(scheduler, timeout=CONNECT_TIMEOUT) as client:
             yield client
         return
     cluster = LocalCluster(
