@@ -22,6 +22,7 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.communication import communication_stats, name_flags, step_windows
+from profiling.step_breakdown import adjusted_steps
 from profiling.trace import Trace, load_trace
 
 PARTS = ("computation", "communication", "overlap", "other")
@@ -69,7 +70,7 @@ def summarize_or_error(path: str | Path) -> RankSummary:
     """`summarize_rank`, or a summary carrying the error: one bad rank must not stop a job."""
     try:
         return summarize_rank(path)
-    except (ValueError, OSError, MemoryError) as exc:  # TraceError is a ValueError
+    except Exception as exc:  # whatever one rank's file does, the other ranks go on
         return RankSummary(path=str(path), error=f"{type(exc).__name__}: {exc}")
 
 
@@ -114,8 +115,6 @@ def _comm_comp(trace: Trace) -> tuple[iv.Intervals, iv.Intervals]:
 
 
 def _step_names(trace: Trace, n: int) -> list[str]:
-    from profiling.step_breakdown import adjusted_steps
-
     steps = adjusted_steps(trace)
     return [str(s) for s in steps["step"]] if len(steps) == n else ["(whole trace)"] * n
 

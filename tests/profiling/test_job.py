@@ -14,12 +14,16 @@ import pandas as pd
 import pytest
 
 from bench import make_ranks
+from profiling.job.distributed import collective_table
+from profiling.job.rank_summary import summarize_rank
 from profiling.job.ranks import DuplicateRankError, JobError, assign_ranks
 from profiling.job.run import JobResult, analyze_job, job_files
 from tests import job_oracle
-from tests.gpu_oracle import load
+from tests.conftest import ROOT
+from tests.gpu_oracle import is_collective, load
+from tests.test_layering import imports
 
-REAL_RANKS = Path(__file__).resolve().parents[3] / "shared" / "traces" / "hta_ranks"
+REAL_RANKS = ROOT.parent / "shared" / "traces" / "hta_ranks"
 SOURCE = REAL_RANKS / "sampled_rank-0.json.gz"
 STRAGGLER = 2
 needs_real = pytest.mark.skipif(not SOURCE.exists(), reason=f"{REAL_RANKS} (the shared HTA ranks) is absent")
@@ -154,3 +158,29 @@ def test_sync_wait_is_refused_when_counts_differ(job_dir: Path, tmp_path: Path) 
     (tmp_path / "job_rank-1.json").write_text(json.dumps(data))
     result = analyze_job(job_files(str(tmp_path)))
     assert result.view.sync is None and "different numbers of collectives" in result.view.sync_refused
+
+
+def test_message_bytes_as_the_kernels_args_give_them() -> None:
+    """The B200 rank's NCCL kernels carry In/Out msg nelems and dtype: bytes = the larger message × item size."""
+    path = ROOT / "tests" / "data" / "gpu" / "b200_vllm_gpt-oss_eager_rank0.json.gz"
+    itemsize = {"BFloat16": 2, "Float": 4, "Half": 2, "Long": 8, "Int": 4}
+    expected = []
+    for k in sorted(load(path).kernels, key=lambda k: k["ts"]):
+        args = k["args"]
+        if "In msg nelems" in args and "Out msg nelems" in args and args.get("dtype") in itemsize:
+            expected.append(max(args["In msg nelems"], args["Out msg nelems"]) * itemsize[args["dtype"]])
+    summary = summarize_rank(path)
+    assert expected and [c["bytes"] for c in summary.collectives if c["bytes"] is not None] == expected
+    oracle = [k for k in load(path).kernels if is_collective(k["name"])]
+    assert len(summary.collectives) == len(oracle)
+    table = collective_table({0: summary})
+    assert table["bytes"].sum() == sum(expected)
+    gather = table[table["op"].str.contains("AllGather")].iloc[0]
+    assert gather["algbw_GBps"] > 0
+
+
+def test_job_package_imports_no_ui() -> None:
+    """profiling/job reads traces on workers with nothing but the analysis: never gradio, plotly or the app."""
+    allowed = {"numpy", "pandas", "profiling", "attention", "dask", "distributed"}
+    for path in (ROOT / "profiling" / "job").glob("*.py"):
+        assert imports(path) - set(sys.stdlib_module_names) <= allowed, path.name
