@@ -20,6 +20,7 @@ import pandas as pd
 
 from profiling.insights.base import Finding
 from profiling.job.rank_summary import PARTS, RankSummary
+from profiling.kernels import short_name
 
 MAD_SCALE = 1.4826  # a normal distribution's σ ÷ its MAD
 STRAGGLER_MADS = 3.0
@@ -90,17 +91,13 @@ def sync_wait(ranks: dict[int, RankSummary]) -> tuple[pd.DataFrame | None, str |
     return table, None
 
 
-def op_name(kernel: str) -> str:
-    """A collective's op: its kernel name without the argument list (`ncclDevKernel_AllGather_RING_LL`)."""
-    return kernel.split("(", 1)[0].strip() or kernel
-
-
 def collective_table(ranks: dict[int, RankSummary]) -> pd.DataFrame:
-    """Per op over all ranks: calls, bytes, total and average time (µs), and algorithmic bandwidth (GB/s).
+    """Per op (the kernel's `short_name`: no return type, templates or parameters) over all ranks: calls,
+    bytes, total and average time (µs), and algorithmic bandwidth (GB/s).
 
     Bytes and bandwidth count only the calls whose size the trace gives; unknown stays NaN, never 0."""
     rows = [
-        {"op": op_name(c["name"]), "dur_us": c["dur_us"], "bytes": np.nan if c["bytes"] is None else c["bytes"]}
+        {"op": short_name(c["name"]), "dur_us": c["dur_us"], "bytes": np.nan if c["bytes"] is None else c["bytes"]}
         for summary in ranks.values()
         for c in summary.collectives
     ]
