@@ -60,7 +60,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Analyse the job and print it; 0 done, 2 bad input (the message names `traces` or `scheduler`)."""
+    """Analyse the job and print it; 0 done (some ranks may have failed: each is listed), 2 bad input (the
+    message names `traces` or `scheduler`), which includes a job none of whose traces could be read."""
     from profiling.job.ranks import JobError
     from profiling.job.run import analyze_job, job_files
     from profiling.progress import TerminalProgress
@@ -74,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(exc))
     except OSError as exc:  # Dask's connection errors are OSErrors (and TimeoutError is one)
         return _error(f"scheduler: cannot reach {args.scheduler or 'the Dask scheduler'} ({exc})")
+    if len(result.errors) == len(result.summaries):
+        for rank, error in sorted(result.errors.items()):
+            print(f"rank {rank}: {plain(error)}", file=sys.stderr)
+        return _error(f"traces: none of the {len(result.summaries)} traces could be read")
     if args.json:
         print(json.dumps(job_record(result), indent=1, allow_nan=False))
     else:
@@ -123,7 +128,8 @@ def job_text(result: Any) -> list[str]:
     """The job as lines of at most WIDTH characters, every trace string made `plain`."""
     ranks, view = result.ranks, result.view
     world = f"world size {ranks.world_size}" if ranks.world_size is not None else "world size unknown"
-    lines = [f"job: {len(ranks.ranks)} ranks read ({world}), on {result.engine}"]
+    failed = f", {len(result.errors)} failed" if result.errors else ""
+    lines = [f"job: {len(ranks.ranks)} rank trace{'s' * (len(ranks.ranks) != 1)}{failed} ({world}), on {result.engine}"]
     if ranks.missing:
         lines.append(_wrapped(f"missing ranks ({len(ranks.missing)}): {_ranges(ranks.missing)}"))
     lines += [_wrapped(plain(f"rank {rank} failed: {error}")) for rank, error in sorted(result.errors.items())]

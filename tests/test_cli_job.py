@@ -44,7 +44,7 @@ def test_text_fits_and_names_the_straggler(job_dir: Path, capsys: pytest.Capture
     status, out, _ = run_main(capsys, str(job_dir))
     assert status == 0
     assert max(len(line) for line in out.splitlines()) <= WIDTH
-    assert f"Rank {STRAGGLER} is a straggler" in out and "job: 3 ranks read (world size 3)" in out
+    assert f"Rank {STRAGGLER} is a straggler" in out and "job: 3 rank traces (world size 3), on " in out
 
 
 def test_json_keeps_every_table(job_dir: Path, capsys: pytest.CaptureFixture) -> None:
@@ -123,3 +123,11 @@ def test_job_on_a_running_dask_scheduler(job_dir: Path, tmp_path: Path, capsys: 
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def test_a_job_none_of_whose_traces_reads_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "rank0.json").write_text("not json")
+    (tmp_path / "rank1.json").write_text('{"traceEvents": 5}')
+    status, out, err = run_main(capsys, str(tmp_path))
+    assert status == 2 and out == "" and "error: traces: none of the 2 traces could be read" in err
+    assert "rank 0: TraceError" in err and "rank 1: TraceError" in err

@@ -57,8 +57,8 @@ def analyze_job(
 ) -> JobResult:
     """Summarise every rank where it is read, number the ranks, and build the distributed view."""
     files = [str(p) for p in paths]
-    if len(files) > MAX_RANKS:
-        raise JobError(f"traces: {len(files)} files; a job takes at most {MAX_RANKS} ranks")
+    if not 0 < len(files) <= MAX_RANKS:  # before any worker starts
+        raise JobError(f"traces: {len(files)} files; a job takes 1 to {MAX_RANKS} ranks")
     engine, summaries = _summaries(files, scheduler or os.environ.get(SCHEDULER_ENV) or None, progress)
     ranks = assign_ranks(files, [summaries[f].distributed_info for f in files])
     by_rank = {info.rank: summaries[info.path] for info in ranks.ranks}
