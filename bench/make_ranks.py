@@ -55,11 +55,12 @@ def stretch_factors(events: list[dict[str, Any]], factor: float, jitter: float, 
     return out
 
 
-def dilation(stretched: list) -> Any:
-    """t -> t + Σ extra_k × clip((t − s_k) ÷ d_k, 0, 1): time grows inside each stretched kernel, never shrinks.
+def dilation(stretched: list, base: float) -> Any:
+    """t -> t + Σ extra_k × clip((t − s_k) ÷ d_k, 0, 1): time grows inside each stretched kernel, never shrinks;
+    times (t and the kernels') counted from `base`.
 
     Σ rate_k × (min(t, e_k) − min(t, s_k)), each sum by sorted prefix sums (O(n log n), not O(n × kernels))."""
-    starts = np.array([float(e["ts"]) for e, _ in stretched])
+    starts = np.array([float(e["ts"]) for e, _ in stretched]) - base
     ends = starts + np.array([float(e["dur"]) for e, _ in stretched])
     rates = np.array([x for _, x in stretched]) / np.maximum(ends - starts, 1e-9)
 
@@ -85,16 +86,22 @@ def make_rank(source: dict[str, Any], rank: int, world: int, options: argparse.N
     trace = orjson.loads(orjson.dumps(source))
     events = trace["traceEvents"]
     factor = options.factor if rank == options.straggler else 1.0
-    shift = dilation(stretch_factors(events, factor, options.jitter, rng))
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
-    ts = np.array([float(e["ts"]) for e in timed])
+    # Times relative to the first: epoch µs (1.7e15) times a rate would leave float64 ~0.25 µs of precision,
+    # and the sums below would reorder events a few µs apart.
+    base = min(float(e["ts"]) for e in timed)
+    shift = dilation(stretch_factors(events, factor, options.jitter, rng), base)
+    ts = np.array([float(e["ts"]) for e in timed]) - base
     end = ts + np.array([float(e.get("dur", 0.0)) for e in timed])
     new_ts, new_end = shift(ts), shift(end)
-    offset = rank * CLOCK_STEP_US + rng.uniform(-CLOCK_SKEW_US, CLOCK_SKEW_US)
+    offset = base + rank * CLOCK_STEP_US + rng.uniform(-CLOCK_SKEW_US, CLOCK_SKEW_US)
+    # ns digits where float64 holds them; whole µs past 2^53 ns (epoch µs), ends rounded as starts so that
+    # a child still ends inside its parent.
+    digits = 3 if abs(base) < 2**53 / 1e3 else 0
     for event, start, stop in zip(timed, new_ts.tolist(), new_end.tolist(), strict=True):
-        event["ts"] = round(start + offset, 3)
+        event["ts"] = round(start + offset, digits)
         if "dur" in event:
-            event["dur"] = round(stop - start, 3)
+            event["dur"] = round(round(stop + offset, digits) - event["ts"], digits)
     _offset_ids(events, rank * ID_STRIDE)
     if options.no_info:
         trace.pop("distributedInfo", None)

@@ -187,3 +187,20 @@ def test_job_package_imports_no_ui() -> None:
     allowed = {"numpy", "pandas", "profiling", "attention", "dask", "distributed"}
     for path in (ROOT / "profiling" / "job").glob("*.py"):
         assert imports(path) - set(sys.stdlib_module_names) <= allowed, path.name
+
+
+def test_generated_ranks_keep_every_event_and_link(job_dir: Path) -> None:
+    """The generator moves time and ids, never events: each rank has the source's events, its ids offset
+    (launch and kernel still share a correlation id), and its events in their original time order."""
+    source = json.loads(gzip.decompress(SOURCE.read_bytes()))["traceEvents"]
+    rank = json.loads(gzip.decompress((job_dir / "job_rank-3.json.gz").read_bytes()))
+    events = rank["traceEvents"]
+    assert rank["distributedInfo"] == {"backend": "nccl", "rank": 3, "world_size": 4}
+    assert [e.get("name") for e in events] == [e.get("name") for e in source]
+    launched = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"}
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert all(k["args"]["correlation"] in launched for k in kernels)
+    assert min(k["args"]["correlation"] for k in kernels) >= 3 * make_ranks.ID_STRIDE
+    timed = sorted((i for i, e in enumerate(source) if "ts" in e), key=lambda i: source[i]["ts"])
+    moved = [events[i]["ts"] for i in timed]
+    assert moved == sorted(moved)  # one clock, stretched: whatever came first still does
