@@ -1,4 +1,5 @@
-"""Which rank each trace of a job is: from its `distributedInfo`, else its file name, else sorted order.
+"""Which rank each trace of a job is: from its `distributedInfo`, else its file name, else the lowest rank
+no other trace claims, in sorted path order.
 
 `distributedInfo` is a top-level key of the trace (`{"backend": "nccl", "rank": 0, "world_size": 8}`),
 which the reader keeps in `Trace.metadata`; each rank's summary carries it back from where the trace was
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 MAX_RANKS = 64  # traces in one job (issue 23)
+# A world size past this is no real job's (the largest hold ~1e5 GPUs); a hostile one would list a
+# billion missing ranks. Read as unknown.
+MAX_WORLD_SIZE = 1 << 20
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -55,7 +59,10 @@ def distributed_fields(info: Any) -> tuple[int | None, int | None, str | None]:
     if not isinstance(info, Mapping):
         return None, None, None
     backend = info.get("backend")
-    return _whole(info.get("rank")), _whole(info.get("world_size")), backend if isinstance(backend, str) else None
+    world_size = _whole(info.get("world_size"))
+    if world_size is not None and not 0 < world_size <= MAX_WORLD_SIZE:
+        world_size = None
+    return _whole(info.get("rank")), world_size, backend if isinstance(backend, str) else None
 
 
 def rank_from_name(path: str) -> int | None:
@@ -73,8 +80,7 @@ def assign_ranks(paths: Sequence[str], infos: Sequence[Any]) -> JobRanks:
         raise JobError("traces: no trace files given")
     if len(paths) > MAX_RANKS:
         raise JobError(f"traces: {len(paths)} files; a job takes at most {MAX_RANKS} ranks")
-    order = {p: i for i, p in enumerate(sorted(paths))}
-    ranks = [_rank_of(path, info, order[path]) for path, info in zip(paths, infos, strict=True)]
+    ranks = number_the_rest([_rank_of(path, info) for path, info in zip(paths, infos, strict=True)])
     _refuse_duplicates(ranks)
     sizes = {r.world_size for r in ranks if r.world_size is not None}
     world_size = max(sizes) if sizes else None  # traces that disagree: the largest, so no rank is lost
@@ -83,14 +89,23 @@ def assign_ranks(paths: Sequence[str], infos: Sequence[Any]) -> JobRanks:
     return JobRanks(sorted(ranks, key=lambda r: r.rank), world_size, missing)
 
 
-def _rank_of(path: str, info: Any, position: int) -> RankInfo:
+def _rank_of(path: str, info: Any) -> RankInfo | tuple[str, int | None, str | None]:
+    """The trace's rank from its distributedInfo or name; else what is known of it, numbered later."""
     rank, world_size, backend = distributed_fields(info)
     if rank is not None:
         return RankInfo(path, rank, "distributedInfo", world_size, backend)
     named = rank_from_name(path)
     if named is not None:
         return RankInfo(path, named, "file name", world_size, backend)
-    return RankInfo(path, position, "order", world_size, backend)
+    return path, world_size, backend
+
+
+def number_the_rest(found: list[RankInfo | tuple[str, int | None, str | None]]) -> list[RankInfo]:
+    """Traces without a rank, in sorted path order, take the lowest ranks no other trace claims."""
+    taken = {f.rank for f in found if isinstance(f, RankInfo)}
+    free = (r for r in range(len(found) + len(taken)) if r not in taken)
+    numbered = {p: next(free) for p, _, _ in sorted(f for f in found if not isinstance(f, RankInfo))}
+    return [f if isinstance(f, RankInfo) else RankInfo(f[0], numbered[f[0]], "order", f[1], f[2]) for f in found]
 
 
 def _refuse_duplicates(ranks: list[RankInfo]) -> None:

@@ -116,11 +116,19 @@ def test_missing_ranks_are_listed(job_dir: Path, tmp_path: Path) -> None:
     assert result.ranks.missing == [1] and sorted(result.summaries) == [0, 2, 3]
 
 
-def test_ranks_from_names_then_from_order(tmp_path: Path) -> None:
+def test_ranks_from_names_then_from_order() -> None:
     by_name = assign_ranks(["x/trace_rank_7.json", "x/rank-3.json"], [None, None])
     assert [(r.rank, r.source) for r in by_name.ranks] == [(3, "file name"), (7, "file name")]
     by_order = assign_ranks(["b.json", "a.json"], [None, {"rank": True}])  # a bool is no rank
     assert [(r.path, r.rank, r.source) for r in by_order.ranks] == [("a.json", 0, "order"), ("b.json", 1, "order")]
+    mixed = assign_ranks(["c.json", "b.json", "a.json"], [{"rank": 0}, None, None])
+    assert [(r.path, r.rank, r.source) for r in mixed.ranks] == [
+        ("c.json", 0, "distributedInfo"),
+        ("a.json", 1, "order"),
+        ("b.json", 2, "order"),
+    ]
+    hostile = assign_ranks(["r0.json"], [{"rank": 0, "world_size": 10**12}])
+    assert hostile.world_size is None and hostile.missing == []
     with pytest.raises(JobError, match="at most 64"):
         assign_ranks([f"r{i}.json" for i in range(65)], [None] * 65)
 
