@@ -55,11 +55,12 @@ def summarize_rank(path: str | Path) -> RankSummary:
     trace = load_trace(path)
     info = trace.metadata.get("distributedInfo")
     stats = communication_stats(trace)
+    flags = name_flags(trace.kernels) if len(trace.kernels) else (np.zeros(0, bool), np.zeros(0, bool))
     return RankSummary(
         path=str(path),
         distributed_info=_small_info(info),
-        steps=step_parts(trace),
-        collectives=collective_list(trace),
+        steps=step_parts(trace, flags),
+        collectives=collective_list(trace, flags[0]),
         overlap_percent=stats.overlap_percent if stats else None,
         events=len(trace.events),
         file_bytes=Path(path).stat().st_size,
@@ -81,12 +82,15 @@ def _small_info(info: Any) -> dict[str, Any] | None:
     return {k: info[k] for k in ("rank", "world_size", "backend") if k in info}
 
 
-def step_parts(trace: Trace) -> list[dict[str, Any]]:
-    """Per step: its name, its time and PARTS, in µs (see the module's docstring)."""
+def step_parts(trace: Trace, flags: tuple[np.ndarray, np.ndarray]) -> list[dict[str, Any]]:
+    """Per step: its name, its time and PARTS, in µs (see the module's docstring); `flags` are
+    `name_flags(trace.kernels)`: which kernels are collectives, which computation."""
     starts, stops = step_windows(trace)
     if not len(starts):
         return []
-    comm, comp = _comm_comp(trace)
+    kernels = trace.kernels
+    ts, end = kernels["ts"].to_numpy(), kernels["end"].to_numpy()
+    comm, comp = (iv.union(ts[mask], end[mask]) for mask in flags)
     overlap = iv.overlap_per_window(iv.intersect(comm, comp), starts, stops)
     comm_us = iv.overlap_per_window(comm, starts, stops)
     comp_us = iv.overlap_per_window(comp, starts, stops)
@@ -105,27 +109,15 @@ def step_parts(trace: Trace) -> list[dict[str, Any]]:
     ]
 
 
-def _comm_comp(trace: Trace) -> tuple[iv.Intervals, iv.Intervals]:
-    kernels = trace.kernels
-    if kernels.empty:
-        return iv.empty(), iv.empty()
-    collective, computation = name_flags(kernels)
-    ts, end = kernels["ts"].to_numpy(), kernels["end"].to_numpy()
-    return iv.union(ts[collective], end[collective]), iv.union(ts[computation], end[computation])
-
-
 def _step_names(trace: Trace, n: int) -> list[str]:
     steps = adjusted_steps(trace)
     return [str(s) for s in steps["step"]] if len(steps) == n else ["(whole trace)"] * n
 
 
-def collective_list(trace: Trace) -> list[dict[str, Any]]:
-    """Every collective kernel in start order: its name, duration and message bytes (None where unknown)."""
-    kernels = trace.kernels
-    if kernels.empty:
-        return []
-    collective, _ = name_flags(kernels)
-    rows = kernels[collective].sort_values("ts", kind="stable")
+def collective_list(trace: Trace, collective: np.ndarray) -> list[dict[str, Any]]:
+    """Every collective kernel (`collective`: a mask of `trace.kernels`) in start order: its name, duration
+    and message bytes (None where unknown)."""
+    rows = trace.kernels[collective].sort_values("ts", kind="stable")
     sizes = _message_bytes(rows)
     return [
         {"name": str(n), "dur_us": float(d) if math.isfinite(d) else 0.0, "bytes": b}
@@ -135,7 +127,7 @@ def collective_list(trace: Trace) -> list[dict[str, Any]]:
 
 def _message_bytes(rows: pd.DataFrame) -> list[int | None]:
     """The larger of the in and out message (nccl-tests' size: an all-gather's output, a reduce-scatter's
-    input) times the element size; None where the kernel's args do not give both."""
+    input) times the element size; None where the args give neither size, or no dtype of known size."""
     nelems = np.fmax(rows["in_msg_nelems"].to_numpy(dtype=float), rows["out_msg_nelems"].to_numpy(dtype=float))
     itemsize = [DTYPE_BYTES.get(d) if isinstance(d, str) else None for d in rows["msg_dtype"]]
     return [
