@@ -138,6 +138,14 @@ def job_text(result: Any) -> list[str]:
     lines += ["", "per rank (mean step):", *text_table(_shown(per_rank, RANK_COLUMNS), plain)]
     if view.sync_refused:
         lines.append(_wrapped(f"sync wait: not shown: {view.sync_refused}"))
+    elif view.sync is not None:
+        matched, transfer = int(view.sync["collectives"].iloc[0]), float(view.sync["transfer_us"].iloc[0])
+        lines.append(
+            _wrapped(
+                f"sync wait: each rank's total over the whole trace, not per step: {matched} collectives matched "
+                f"by order, {transfer:,.0f} µs of transfer (the fastest rank's time for each)"
+            )
+        )
     lines += ["", "collectives (all ranks):", *text_table(_shown(view.collectives, COLLECTIVE_COLUMNS), plain)]
     lines += ["", f"findings ({len(view.findings)}):" if view.findings else "findings: none"]
     lines += [_wrapped(plain(f"  - {f.title}: {f.detail}")) for f in view.findings]
