@@ -22,6 +22,7 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.communication import communication_stats, name_flags, step_windows
+from profiling.reader import Progress
 from profiling.step_breakdown import adjusted_steps
 from profiling.trace import Trace, load_trace
 
@@ -50,9 +51,12 @@ class RankSummary:
         return asdict(self)
 
 
-def summarize_rank(path: str | Path) -> RankSummary:
-    """Read one rank's trace and summarise it; raises TraceError (a ValueError) on a bad trace."""
-    trace = load_trace(path)
+def summarize_rank(path: str | Path, progress: Progress | None = None, **limits: int) -> RankSummary:
+    """Read one rank's trace and summarise it; raises TraceError (a ValueError) on a bad trace.
+
+    `limits` override fields of the reader's `Limits` (the app passes its admitted ones); `progress` hears
+    the bytes read."""
+    trace = load_trace(path, progress, **limits)
     info = trace.metadata.get("distributedInfo")
     stats = communication_stats(trace)
     flags = name_flags(trace.kernels) if len(trace.kernels) else (np.zeros(0, bool), np.zeros(0, bool))

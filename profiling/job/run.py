@@ -60,6 +60,12 @@ def analyze_job(
     if not 0 < len(files) <= MAX_RANKS:  # before any worker starts
         raise JobError(f"traces: {len(files)} files; a job takes 1 to {MAX_RANKS} ranks")
     engine, summaries = _summaries(files, scheduler or os.environ.get(SCHEDULER_ENV) or None, progress)
+    return job_result(files, summaries, engine)
+
+
+def job_result(files: Sequence[str], summaries: dict[str, RankSummary], engine: str) -> JobResult:
+    """Number the ranks of `files` (each summarised in `summaries`, by path) and build the view over the
+    ranks that were read; the CLI's engines and the app's one-after-another run end here alike."""
     ranks = assign_ranks(files, [summaries[f].distributed_info for f in files])
     by_rank = {info.rank: summaries[info.path] for info in ranks.ranks}
     good = {rank: s for rank, s in by_rank.items() if s.error is None}
