@@ -146,3 +146,13 @@ def test_no_trace_refused_naming_traces(client, tmp_path):
     archive = zipped(tmp_path / "empty.zip", {"notes.txt": b"hello", "folder/": b""})
     with pytest.raises(AppError, match=r"^traces: the zip holds no \.json or \.json\.gz trace \(2 other entries"):
         analyze(client, archive)
+
+
+def test_a_rank_claimed_twice_refused_naming_traces(client, ranks):
+    with pytest.raises(AppError, match="^traces: rank 0 is claimed by 2 files"):
+        analyze(client, ranks[0], ranks[0])
+
+
+def test_no_file_refused_naming_traces(client):
+    with pytest.raises(AppError, match="^traces: upload"):
+        client.predict([], api_name="/analyze_job")
