@@ -13,9 +13,10 @@ def job_box() -> None:
     the findings, the per-rank and collectives tables, and the whole job as JSON."""
     with gr.Accordion("A whole job: every rank's trace", open=False):
         gr.Markdown(
-            "One `torch.profiler` trace per rank (at most 64, `.json` or `.json.gz`), or one `.zip` of them. "
-            "Ranks are read one after another; the command line runs them in parallel, on Dask where installed "
-            "(docs/jobs.md)."
+            "One `torch.profiler` trace per rank (at most 64, `.json` or `.json.gz`): on this page, upload one "
+            "`.zip` of them (the page sends several files in one request, which this server refuses; API and "
+            "MCP callers may send the traces one by one). Ranks are read one after another; the command line "
+            "runs them in parallel, on Dask where installed (docs/jobs.md)."
         )
         traces = refusing_urls(
             gr.File(
