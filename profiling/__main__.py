@@ -1,4 +1,4 @@
-"""`python -m profiling {run,compare,sweep,analyze,diff,view}`: the blog's scripts, headless.
+"""`python -m profiling {run,compare,sweep,analyze,diff,view,job}`: the blog's scripts, headless.
 
 Needs only torch and pandas (no gradio, no plotly), so it runs on a bare GPU image.
 Exit status: 0 done, 2 bad input (a message naming the field), 1 a run that started and failed.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from attention import BACKENDS, DEVICES, DTYPES, MASKS, MODES, PRESETS, RUN_NAMES, VARIANTS, AttentionSpec, SpecError
-from profiling import cli_views
+from profiling import cli_job, cli_views
 from profiling.progress import TerminalProgress
 from profiling.terminal import plain, whole_number
 from profiling.trace import TraceError
@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--top", type=whole_number, default=KERNEL_ROWS, help="ops and kernels printed, largest change first"
     )
     cli_views.add_parser(sub)
+    cli_job.add_parser(sub)
     return parser
 
 
@@ -311,6 +312,7 @@ COMMANDS = {
     "analyze": _analyze,
     "diff": _diff,
     "view": cli_views.run,
+    "job": cli_job.run,
 }
 
 

@@ -59,6 +59,9 @@ NUMERIC_ARGS = {
     "Python id": "python_id",
     "Python parent id": "python_parent_id",
     "Python module id": "python_module_id",
+    # A collective kernel's message (torch >= 2.1 with record_shapes): its bytes, for a job's bandwidth table.
+    "In msg nelems": "in_msg_nelems",
+    "Out msg nelems": "out_msg_nelems",
 }
 OBJECT_ARGS = {
     "grid": "grid",
@@ -66,6 +69,7 @@ OBJECT_ARGS = {
     "Input Dims": "input_dims",
     "Input type": "input_type",
     "Concrete Inputs": "concrete_inputs",  # scalar arguments as text (torch >= 2.1): SDPA's is_causal
+    "dtype": "msg_dtype",  # a collective's element type ("BFloat16"), beside its nelems above
 }
 # args key spellings: the one the analysis reads, and the older one (torch 1.8-1.9) read where it is missing.
 OLD_ARG_SPELLINGS = {"External id": "external id", "Input Dims": "Input dims"}

@@ -55,7 +55,7 @@ def is_collective(name: str, decoded: bool = True) -> bool:
     return (decoded and decode(name).family == "communication") or COLLECTIVE_NAMES.search(name) is not None
 
 
-def _name_flags(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def name_flags(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel: whether it is a collective, and whether it is computation (HTA's); one test per distinct name."""
     codes, names = pd.factorize(kernels["name"].to_numpy())
     time = np.bincount(codes[codes >= 0], weights=np.nan_to_num(kernels["dur"].to_numpy()[codes >= 0]))
@@ -96,7 +96,8 @@ class CommunicationStats:
         return 100.0 * self.collective_us / self.kernel_us if self.kernel_us > 0 else None
 
 
-def _step_windows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def step_windows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each of the plugin's steps (`adjusted_steps`), else one window over `steps_span`."""
     steps = adjusted_steps(trace)
     if len(steps):
         return steps["start"].to_numpy(), steps["end"].to_numpy()
@@ -110,13 +111,13 @@ def communication_stats(trace: Trace) -> CommunicationStats | None:
     kernels = trace.kernels
     if kernels.empty:
         return None
-    collective, computation = _name_flags(kernels)
+    collective, computation = name_flags(kernels)
     if not collective.any():
         return None
     ts, end, dur = kernels["ts"].to_numpy(), kernels["end"].to_numpy(), np.nan_to_num(kernels["dur"].to_numpy())
     comm = iv.union(ts[collective], end[collective])
     comp = iv.union(ts[computation], end[computation])
-    starts, stops = _step_windows(trace)
+    starts, stops = step_windows(trace)
     comm_kernels = kernels[collective]
     per_name = comm_kernels.groupby("name", sort=False)["dur"].agg(["sum", "count"]).sort_values("sum", ascending=False)
     longest = int(np.argmax(np.nan_to_num(comm_kernels["dur"].to_numpy())))

@@ -80,12 +80,15 @@ if msgspec is not None:
         python_id: _Number = _arg("Python id")
         python_parent_id: _Number = _arg("Python parent id")
         python_module_id: _Number = _arg("Python module id")
+        in_msg_nelems: _Number = _arg("In msg nelems")
+        out_msg_nelems: _Number = _arg("Out msg nelems")
         grid: _Raw = NO_RAW
         block: _Raw = NO_RAW
         input_dims: _Raw = _arg("Input Dims", NO_RAW)
         input_dims_old: _Raw = _arg("Input dims", NO_RAW)
         input_type: _Raw = _arg("Input type", NO_RAW)
         concrete_inputs: _Raw = _arg("Concrete Inputs", NO_RAW)
+        msg_dtype: _Raw = _arg("dtype", NO_RAW)
         # A metadata event's lane name (columns.LANE_NAME_KINDS), of any JSON type: only `M` rows read it.
         meta_name: _Raw = _arg("name", NO_RAW)
         meta_labels: _Raw = _arg("labels", NO_RAW)

@@ -27,7 +27,7 @@ from tests.timing_slack import slack
 SPACE = "owner/attention-profiler"
 PREFIX = "attention_profiler_"  # Gradio's MCP server names a Space's tools `<space name>_<function name>`
 COMPACT = ("profile_summary", "compare_summary", "analyze_summary")
-ORIGINALS = ("profile", "compare", "sweep", "analyze", "diff_traces", "diff", "share")
+ORIGINALS = ("profile", "compare", "sweep", "analyze", "analyze_job", "diff_traces", "diff", "share")
 SHAPE = dict(batch=1, heads=2, seq_len=64, head_dim=32, dtype="float32", device="cpu", compile=False)
 INTEGERS = {
     "batch": (1, 512),

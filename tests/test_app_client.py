@@ -248,7 +248,7 @@ def test_endpoints_are_mcp_tools(app_url):
 
     with urllib.request.urlopen(app_url + "gradio_api/mcp/schema", timeout=slack(30)) as response:
         tools = {tool["name"]: tool for tool in json.loads(response.read())}
-    assert {"profile", "compare", "sweep", "analyze", "diff", "diff_traces", "trace_views"} <= set(tools)
+    assert {"profile", "compare", "sweep", "analyze", "analyze_job", "diff", "diff_traces", "trace_views"} <= set(tools)
     assert {"variant", "backend", "seq_len", "dtype"} <= set(tools["profile"]["inputSchema"]["properties"])
 
 

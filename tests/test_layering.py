@@ -38,7 +38,7 @@ def test_plotly_only_in_charts():
     users = {name for name, found in package_imports("profiling").items() if "plotly" in found}
     drawers = {name for name, found in package_imports("profiling/charts").items() if "plotly" in found}
     assert users == set()
-    assert drawers == {"timeline.py", "runs.py", "steps.py", "memory.py"}
+    assert drawers == {"timeline.py", "runs.py", "steps.py", "memory.py", "job.py"}
 
 
 def test_cli_runs_without_gradio_or_plotly():

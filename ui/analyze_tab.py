@@ -1,4 +1,4 @@
-"""Analyze a trace: any uploaded torch.profiler trace, and the diff of two."""
+"""Analyze a trace: any uploaded torch.profiler trace, the diff of two, and a whole job's (ui/job_box.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import gradio as gr
 from endpoints import analyze, diff_traces
 from traffic import refusing_urls
 from ui.components import TraceFile
+from ui.job_box import job_box
 from ui.perfetto import perfetto_button
 from ui.profile_tab import clear_first
 from ui.share import share_box
@@ -93,6 +94,7 @@ def analyze_tab() -> None:
         done.success(analyze_tables, tables, views, api_visibility="private")
     views_box(upload)
     _diff_traces_box()
+    job_box()
 
 
 def _diff_traces_box() -> None:
