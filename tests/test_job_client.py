@@ -156,3 +156,15 @@ def test_a_rank_claimed_twice_refused_naming_traces(client, ranks):
 def test_no_file_refused_naming_traces(client):
     with pytest.raises(AppError, match="^traces: upload"):
         client.predict([], api_name="/analyze_job")
+
+
+def test_the_time_limit_bounds_the_whole_job_not_each_rank(ranks):
+    """Each rank gets what is left of the job's limit; the ranks it leaves no time for carry that as their error.
+    The clock is injected: the first rank starts at 0 s, and by the second 100 s have passed of a 60 s limit."""
+    from profiling.job.uploads import analyze_job_uploads
+
+    readings = iter([0.0, 0.0, 100.0, 100.0, 100.0])
+    result = analyze_job_uploads(ranks, time_limit_s=60, clock=lambda: next(readings))
+    analysed = [rank for rank, s in result.summaries.items() if s.error is None]
+    assert len(analysed) == 1 and len(result.errors) == len(ranks) - 1
+    assert all(error.startswith("time limit: the job's 60 s") for error in result.errors.values())

@@ -15,6 +15,7 @@ happens inside it.
 from __future__ import annotations
 
 import tempfile
+import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -169,22 +170,31 @@ def analyze_job_uploads(
     time_limit_s: float | None = None,
     progress: JobProgress | None = None,
     cancelled: Callable[[], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> JobResult:
-    """Every rank in turn, each admitted and time-limited as /analyze is; one rank's failure is its error,
-    and the job goes on. A caller who leaves stops the job (AnalysisStopped)."""
+    """Every rank in turn, each admitted as /analyze is; one rank's failure is its error, and the job goes on.
+    A caller who leaves stops the job (AnalysisStopped).
+
+    `time_limit_s` bounds the whole job, not each rank (64 ranks must not hold the Space 64 times as long):
+    each rank gets what is left, and the ranks the limit leaves no time for carry that as their error."""
     from profiling.uploads import analyze_upload
 
     paths = [str(f) for f in files]
     report = progress or (lambda fraction, message: None)
+    deadline = None if time_limit_s is None else clock() + time_limit_s
     summaries: dict[str, RankSummary] = {}
     for i, path in enumerate(paths):
         name = Path(path).name
+        left_s = None if deadline is None else deadline - clock()
+        if left_s is not None and left_s <= 0:
+            summaries[path] = RankSummary(path=path, error=f"time limit: the job's {time_limit_s:.0f} s ran out first")
+            continue
 
         def rank_progress(fraction: float, message: str, i: int = i, name: str = name) -> None:
             report((i + min(max(fraction, 0.0), 1.0)) / len(paths), f"rank {i + 1} of {len(paths)} ({name}): {message}")
 
         try:
-            summary = analyze_upload(path, time_limit_s, rank_progress, cancelled, work=summarize_upload, args=())
+            summary = analyze_upload(path, left_s, rank_progress, cancelled, work=summarize_upload, args=())
         except Exception as exc:  # the rank's error: too big, too slow, not a trace; the others go on
             if cancelled is not None and cancelled():
                 raise
