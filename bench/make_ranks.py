@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,16 @@ def _offset_ids(events: list[dict[str, Any]], offset: int) -> None:
                     args[key] += offset
 
 
+def kineto_json(trace: dict[str, Any]) -> bytes:
+    """`trace` as JSON with `distributedInfo` first and spaced as Kineto writes it (`"rank": 3`): HTA finds a
+    file's rank with the regex `"rank":\\s+(\\d+)` and takes every file without a match as rank 0."""
+    info = trace.get("distributedInfo")
+    if info is None:
+        return orjson.dumps(trace)
+    rest = orjson.dumps({k: v for k, v in trace.items() if k != "distributedInfo"})
+    return b'{"distributedInfo": ' + json.dumps(info).encode() + (b", " + rest[1:] if len(rest) > 2 else b"}")
+
+
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path)
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     written = []
     for rank in range(options.ranks):
         path = options.out / f"job_rank-{rank}.json.gz"
-        path.write_bytes(gzip.compress(orjson.dumps(make_rank(source, rank, options.ranks, options)), 1))
+        path.write_bytes(gzip.compress(kineto_json(make_rank(source, rank, options.ranks, options)), 1))
         written.append(path)
     return written
 
