@@ -112,13 +112,22 @@ def _dask_results(files: list[str], scheduler: str | None) -> Iterator[RankSumma
 
 @contextmanager
 def _client(scheduler: str | None) -> Iterator[Any]:
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client
 
     if scheduler:
         with Client(scheduler, timeout=CONNECT_TIMEOUT) as client:
             yield client
         return
-    cluster = LocalCluster(
+    with local_cluster() as cluster, Client(cluster) as client:
+        yield client
+
+
+def local_cluster() -> Any:
+    """This machine's Dask cluster: one single-threaded worker process per core, each with its share of the
+    memory, on loopback only, no dashboard."""
+    from dask.distributed import LocalCluster
+
+    return LocalCluster(
         n_workers=os.cpu_count(),
         threads_per_worker=1,
         processes=True,
@@ -126,5 +135,3 @@ def _client(scheduler: str | None) -> Iterator[Any]:
         host="127.0.0.1",
         dashboard_address=None,
     )
-    with cluster, Client(cluster) as client:
-        yield client
