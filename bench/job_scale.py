@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 from profiling.job.run import JobResult, analyze_job, job_files, local_cluster  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
+# A scheduler writes its address file in about a second here; past this it is stuck or gone.
+SCHEDULER_START_S = 60.0
 
 
 def peak_bytes() -> int:
@@ -69,8 +71,7 @@ def by_hand(files: list[str]) -> JobResult:
         options = {"cwd": ROOT, "env": {**os.environ, "PYTHONPATH": str(ROOT)}, "start_new_session": True}
         processes = [subprocess.Popen([*scheduler, "--scheduler-file", str(address_file)], **options)]
         try:
-            while not address_file.exists():
-                time.sleep(0.2)
+            _wait_for(address_file, processes[0])
             processes += [subprocess.Popen(worker, **options) for _ in range(2)]
             address = json.loads(address_file.read_text())["address"]
             start = time.perf_counter()
@@ -81,6 +82,17 @@ def by_hand(files: list[str]) -> JobResult:
             for process in processes:
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait(timeout=30)
+
+
+def _wait_for(address_file: Path, scheduler: subprocess.Popen[bytes], timeout_s: float = SCHEDULER_START_S) -> None:
+    """Until the scheduler writes its address; a scheduler that exits or stays silent past `timeout_s` is an error."""
+    deadline = time.monotonic() + timeout_s
+    while not address_file.exists():
+        if scheduler.poll() is not None:
+            raise RuntimeError(f"dask scheduler exited with {scheduler.returncode} before writing {address_file.name}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"dask scheduler wrote no {address_file.name} within {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 def same_view(a: JobResult, b: JobResult) -> bool:

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from bench.gpu_check import PRACTICE_RUNS
 from profiling.trace import load_trace
 from tests.conftest import ROOT
@@ -167,3 +169,21 @@ def test_readers_watched_counts_pages_a_fork_shares_with_its_parent_once():
     figures = watched([sys.executable, "-c", _FORKS])
     assert isinstance(figures, dict) and figures["processes"] == 2
     assert 190 <= growth_mib(figures) < 300  # 200 MiB held once, not once per process
+
+
+def test_job_scale_wait_stops_when_the_scheduler_exits_or_stays_silent(tmp_path):
+    from bench.job_scale import _wait_for
+
+    gone = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    gone.wait()
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        _wait_for(tmp_path / "scheduler.json", gone)
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(RuntimeError, match=r"wrote no scheduler.json within 0 s"):
+            _wait_for(tmp_path / "scheduler.json", silent, timeout_s=0.3)
+        (tmp_path / "scheduler.json").write_text("{}")
+        _wait_for(tmp_path / "scheduler.json", silent, timeout_s=0.3)  # written: returns at once
+    finally:
+        silent.kill()
+        silent.wait()
