@@ -24,7 +24,6 @@ from typing import Annotated, Any
 import numpy as np
 
 from profiling.columns import (
-    LANE_NAME_KINDS,
     NUMERIC_ARGS,
     OBJECT_ARGS,
     OLD_ARG_SPELLINGS,
@@ -33,6 +32,7 @@ from profiling.columns import (
     _loads,
     _numbers,
 )
+from profiling.lane_names import LANE_NAME_KINDS
 
 # A missing number reads as this one NaN object: numpy converts a list of floats many times faster
 # than one holding None, and `list.count` finds it by identity when a whole column is missing.
@@ -89,7 +89,7 @@ if msgspec is not None:
         input_type: _Raw = _arg("Input type", NO_RAW)
         concrete_inputs: _Raw = _arg("Concrete Inputs", NO_RAW)
         msg_dtype: _Raw = _arg("dtype", NO_RAW)
-        # A metadata event's lane name (columns.LANE_NAME_KINDS), of any JSON type: only `M` rows read it.
+        # A metadata event's lane name (lane_names.LANE_NAME_KINDS), of any JSON type: only `M` rows read it.
         meta_name: _Raw = _arg("name", NO_RAW)
         meta_labels: _Raw = _arg("labels", NO_RAW)
 

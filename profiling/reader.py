@@ -48,13 +48,13 @@ from profiling.columns import (
     Block,
     Columns,
     DictRows,
-    LaneNames,
     _dumps,
     _JSONError,
     _loads,
     block_of,
 )
 from profiling.decode import available, typed_rows
+from profiling.lane_names import LaneNames
 from profiling.reader_pool import START_AFTER_BYTES, DecodeHelper, helper_wanted
 from profiling.scan import (
     CHUNK_BYTES,
@@ -114,7 +114,7 @@ __all__ = [
 @dataclass
 class RawTrace:
     """What a read yields: event columns (COLUMNS), the document's other keys, the events skipped, and the
-    names the metadata events give lanes (columns.LANE_NAME_KINDS)."""
+    names the metadata events give lanes (lane_names.LANE_NAME_KINDS)."""
 
     columns: dict[str, np.ndarray]
     metadata: dict[str, Any]

@@ -21,13 +21,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from profiling.memory_curve import thinned_curves
 from profiling.reader import Progress
 from profiling.trace import Trace
 
 MAX_ROWS = 1000  # table rows a view keeps unless asked for fewer; the count of all rows is kept beside
-MAX_CURVE_POINTS = 2000  # points per drawn series (a device's allocated or reserved bytes)
 MAX_CHART_DEVICES = 8  # devices drawn, the highest peaks first: a hostile trace can name millions
-CURVE_COLUMNS = ["device", "series", "time (ms)", "bytes"]
 PEAK_COLUMNS = ["device", "peak allocated (B)", "peak time (ms)", "peak reserved (B)"]
 MEMORY_OP_COLUMNS = {
     "device": "device",
@@ -56,7 +55,7 @@ class View:
 
     table: numbers with their units in the headers (µs, ms, B); NaN where a value is unknown. At most the
       `top` rows asked for, in the view's order; `rows` counts them all.
-    curve, peaks: the memory view's chart data (CURVE_COLUMNS, thinned to MAX_CURVE_POINTS a series;
+    curve, peaks: the memory view's chart data (memory_curve.CURVE_COLUMNS, thinned to MAX_CURVE_POINTS a series;
       PEAK_COLUMNS, one row per device drawn); None for the other views. Times are ms from the trace's start.
     """
 
@@ -145,21 +144,6 @@ def view_file(
     return view(trace, name, top)
 
 
-def thin(values: np.ndarray, max_points: int = MAX_CURVE_POINTS) -> np.ndarray:
-    """Ascending positions of `values` to draw, at most `max_points` (from 4): the first and the last, and
-    in each of (max_points - 2) // 2 runs of consecutive points its first lowest and first highest value.
-    So the highest value at its first position, and the lowest, survive exactly, and a spike shows
-    however narrow. `values` must hold no NaN."""
-    n = len(values)
-    if n <= max_points:
-        return np.arange(n)
-    runs = (max(max_points, 4) - 2) // 2
-    run = np.arange(n, dtype=np.int64) * runs // n  # nondecreasing, every run non-empty
-    grouped = pd.Series(values).groupby(run, sort=True)
-    kept = np.concatenate([[0, n - 1], grouped.idxmin().to_numpy(), grouped.idxmax().to_numpy()])
-    return np.unique(kept)
-
-
 def _memory(trace: Trace, top: int) -> Part:
     from profiling.memory_view import memory_view
 
@@ -177,7 +161,7 @@ def _memory(trace: Trace, top: int) -> Part:
         },
         columns=PEAK_COLUMNS,
     )
-    curve = _thinned_curves(shown.curves, peak_table["device"].tolist(), origin)
+    curve = thinned_curves(shown.curves, peak_table["device"].tolist(), origin)
     at_peak = "; ".join(
         f"{row['device']} {_size(row['peak allocated (B)'])} at {row['peak time (ms)']:,.3f} ms"
         for row in peak_table.to_dict("records")
@@ -302,33 +286,6 @@ def _cap_note(shown: int, rows: int, what: str, order: str = "") -> str:
     if shown >= rows:
         return ""
     return f"The first {shown:,} of {rows:,} {what} are shown{f' ({order})' if order else ''}."
-
-
-def _thinned_curves(curves: pd.DataFrame, devices: list[str], origin: float) -> pd.DataFrame:
-    """Each device's allocated and reserved bytes over time, thinned; a reserved series that stays 0 (the
-    CPU allocator reserves nothing) is left out."""
-    parts = []
-    for device in devices:
-        mine = curves[curves["device"].to_numpy() == device]
-        for series in ("allocated", "reserved"):
-            values = mine[series].to_numpy(dtype=np.float64)
-            known = np.isfinite(values)
-            values, ts = values[known], mine["ts"].to_numpy(dtype=np.float64)[known]
-            if not len(values) or (series == "reserved" and not values.any()):
-                continue
-            kept = thin(values)
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "device": device,
-                        "series": series,
-                        "time (ms)": (ts[kept] - origin) / 1000.0,
-                        "bytes": values[kept],
-                    },
-                    columns=CURVE_COLUMNS,
-                )
-            )
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)
 
 
 def _origin(trace: Trace) -> float:

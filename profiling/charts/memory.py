@@ -1,6 +1,6 @@
 """The memory curve: allocated and reserved bytes over time per device, each device's peak marked.
 
-It draws what `profiling.views` computed (the curve already thinned to `views.MAX_CURVE_POINTS` points a
+It draws what `profiling.views` computed (the curve already thinned to `memory_curve.MAX_CURVE_POINTS` points a
 series, the peaks from `memory_view`) and computes nothing itself.
 """
 

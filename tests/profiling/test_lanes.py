@@ -17,7 +17,7 @@ import profiling.reader as reader
 from profiling.analysis import analyze
 from profiling.charts import timeline
 from profiling.charts.timeline import focus_range
-from profiling.columns import MAX_LANE_NAMES
+from profiling.lane_names import MAX_LANE_NAMES
 from profiling.lanes import FOCUS_SHARE
 from profiling.names import MAX_NAME_CHARS
 from profiling.reader import read_text

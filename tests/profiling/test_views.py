@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from profiling.memory_curve import MAX_CURVE_POINTS, thin
 from profiling.trace import load_trace
-from profiling.views import MAX_CURVE_POINTS, NO_KERNELS, NO_MEMORY, VIEWS, ViewError, thin, view
+from profiling.views import NO_KERNELS, NO_MEMORY, VIEWS, ViewError, view
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CPU_MEMORY = DATA / "cpu_memory" / "mlp_cpu_memory.json.gz"
