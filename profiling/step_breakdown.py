@@ -31,7 +31,7 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.fallback_step import fallback_step
-from profiling.trace import LAUNCH_CATEGORIES, Trace, per_trace
+from profiling.trace import LAUNCH_CATEGORIES, Trace, per_trace, rows_of
 
 # torch numbers steps with a 64-bit counter: more digits (or non-ASCII ones) make an annotation, not a step.
 # Matched whole (`fullmatch`): `$` would accept a trailing newline.
@@ -101,7 +101,7 @@ def profiler_steps(trace: Trace) -> pd.DataFrame:
 
 def _step_annotations(trace: Trace) -> pd.DataFrame:
     mask = in_categories(trace, "user_annotation", "cpu_op") & where_value(trace, "name", is_step_name)
-    return trace.events.iloc[trace.complete_rows[mask]]
+    return rows_of(trace.events, trace.complete_rows[mask])
 
 
 def steps_source(trace: Trace) -> str | None:

@@ -63,8 +63,10 @@ def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndar
     An event's parent is the innermost one it starts strictly inside and ends within (as torch
     nests them; see `_walk`). `lanes` is `lanes_of(events)`, passed in when the caller has it.
     """
-    depth = np.full(len(events), -1, dtype=np.int64)
-    parent = np.full(len(events), -1, dtype=np.int64)
+    # int32: a trace holds at most reader.MAX_EVENTS events, and each per-event array of a big trace is
+    # memory held for the whole analysis (25 MB less per array at 3 million events).
+    depth = np.full(len(events), -1, dtype=np.int32)
+    parent = np.full(len(events), -1, dtype=np.int32)
     complete = events["ph"].to_numpy() == "X"
     if not complete.any():
         return depth, parent
@@ -175,12 +177,12 @@ def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> n
 def lane_codes(trace: Trace) -> np.ndarray:
     """An integer per (pid, tid) lane for every event, computed once per trace."""
     if trace.derived.lanes is None:
-        trace.derived.lanes = lanes_of(trace.events)
+        trace.derived.lanes = lanes_of(trace.events).astype(np.int32)
     return trace.derived.lanes
 
 
 def process_codes(trace: Trace) -> np.ndarray:
     """An integer per process (pid) for every event, computed once per trace."""
     if trace.derived.processes is None:
-        trace.derived.processes = pd.factorize(trace.events["pid"])[0]
+        trace.derived.processes = pd.factorize(trace.events["pid"])[0].astype(np.int32)
     return trace.derived.processes

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from profiling.columns import MISSING_VALUE
 from profiling.reader import (
     COLUMNS,
     MAX_INFLATED_BYTES,
@@ -41,6 +42,8 @@ __all__ = [
     "TraceError",
     "load_trace",
     "parse_trace",
+    "rows_of",
+    "rows_where",
 ]
 
 # Device-side activity: what a GPU ran. Kineto writes the same categories for CUDA and ROCm.
@@ -173,7 +176,7 @@ class Trace:
         return "python" in spelled and "python_function" not in spelled
 
     def of_category(self, *categories: str) -> pd.DataFrame:
-        return self.events[self.events["cat"].isin(categories)]
+        return rows_where(self.events, self.events["cat"].isin(categories))
 
     @functools.cached_property
     def complete(self) -> pd.DataFrame:
@@ -182,7 +185,7 @@ class Trace:
         A copy of nearly every row: the analysis reads `complete_rows` and `complete_column`
         instead, and the views below select from `events` directly, so it is made only on demand.
         """
-        return self.events.iloc[self.complete_rows]
+        return rows_of(self.events, self.complete_rows)
 
     @functools.cached_property
     def complete_rows(self) -> np.ndarray:
@@ -205,7 +208,7 @@ class Trace:
 
     def _complete_where(self, categories: tuple[str, ...]) -> pd.DataFrame:
         rows = self.complete_rows
-        return self.events.iloc[rows[np.isin(self.complete_column("cat"), categories)]]
+        return rows_of(self.events, rows[np.isin(self.complete_column("cat"), categories)])
 
     @functools.cached_property
     def gpu_activity(self) -> pd.DataFrame:
@@ -229,6 +232,36 @@ class Trace:
         from profiling.devices import device_names  # devices.py reads a Trace: imported here, not at the top
 
         return device_names(self)
+
+
+def rows_of(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """`frame.iloc[rows]`, where a numeric or object column that is missing in every row taken (NaN, None) is
+    that missing value repeated by a zero stride: no memory.
+
+    Most args columns are empty for most kinds of event (a kernel has no `Input Dims`, an op no `grid`), and
+    the reader leaves a column that no event filled as such a repeat (`columns.Columns.arrays`): the frames
+    of ops and kernels of a big trace would otherwise spend a third of their bytes on missing values. Taken
+    a column at a time, so a frame's columns are never all copied at once before the empty ones are dropped."""
+    size = len(rows)
+    columns: dict[str, Any] = {}
+    for name, column in frame.items():
+        if not isinstance(column.dtype, np.dtype):  # text: pandas' own array
+            columns[name] = column.array.take(rows)
+            continue
+        values = column.to_numpy()
+        if len(values) > 1 and values.strides == (0,):  # a repeat already
+            columns[name] = np.broadcast_to(values[:1].reshape(()), (size,))
+            continue
+        taken = values[rows]
+        if size > 1 and values.dtype.kind in MISSING_VALUE and pd.isna(taken).all():
+            taken = np.broadcast_to(MISSING_VALUE[values.dtype.kind], (size,))
+        columns[name] = taken
+    return pd.DataFrame(columns, index=frame.index[rows], copy=False)
+
+
+def rows_where(frame: pd.DataFrame, mask: np.ndarray | pd.Series) -> pd.DataFrame:
+    """`frame[mask]` as `rows_of` takes rows: a column missing in every row kept costs no memory."""
+    return rows_of(frame, np.flatnonzero(np.asarray(mask, dtype=bool)))
 
 
 def load_trace(path: str | Path, progress: Progress | None = None, **limits: int) -> Trace:

@@ -16,7 +16,7 @@ import pandas as pd
 from profiling.launches import first_launches
 from profiling.step_breakdown import POSITION
 from profiling.structure import lane_codes, process_codes, structure
-from profiling.trace import LAUNCH_CATEGORIES, Trace
+from profiling.trace import LAUNCH_CATEGORIES, Trace, rows_of, rows_where
 
 FORWARD = "attn_fwd"
 WHOLE_TRACE = "(whole trace)"
@@ -141,7 +141,7 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
     inside = np.flatnonzero(s.is_aten & (where >= 0))
     parents = s.parent[inside]
     parent_name = np.where(parents >= 0, ev["name"].to_numpy()[np.clip(parents, 0, None)], "")
-    ops = ev.iloc[inside].assign(
+    ops = rows_of(ev, inside).assign(
         window=where[inside], depth=s.depth[inside], parent=parent_name, compute=s.compute[inside]
     )
 
@@ -153,7 +153,7 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
     launch_window = pd.Series(launched_in[launches], index=ev["correlation"].to_numpy()[launches])
     gpu = trace.gpu_activity
     if name is not None:
-        gpu = gpu[gpu["correlation"].isin(launch_window.index)]
+        gpu = rows_where(gpu, gpu["correlation"].isin(launch_window.index))
         gpu = gpu.assign(window=launch_window.reindex(gpu["correlation"].to_numpy()).to_numpy())
     else:
         gpu = gpu.assign(window=0)

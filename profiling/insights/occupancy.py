@@ -48,8 +48,14 @@ from profiling.occupancy import (
     sm_fit,
 )
 from profiling.step_breakdown import step_at
+from profiling.trace import rows_where
 
 LOW_OCCUPANCY_PERCENT = 25
+# The kernel columns this rule reads: a million kernels' rows are taken from these alone.
+KERNEL_COLUMNS = [
+    *("name", "cat", "ts", "dur", "pid", "device"),
+    *("registers", "shared_memory", "occupancy", "grid", "block"),
+]
 REAL_TIME_PERCENT = 1.0  # of kernel time: kernels holding less are not worth a sentence
 LIMIT_WORDS = {"blocks": "the cap on blocks per SM", "threads": "block size"}  # else the limiter's own name
 
@@ -57,11 +63,12 @@ LIMIT_WORDS = {"blocks": "the cap on blocks per SM", "threads": "block size"}  #
 def occupancy(ev: Evidence) -> Finding | None:
     """Kineto's estimate explained by its definition, per kernel; the limit that binds where it is low."""
     kernels = ev.scope.gpu if len(ev.scope.gpu) else ev.trace.kernels
-    kernels = kernels[kernels["cat"] == "kernel"] if len(kernels) else kernels
+    kernels = kernels[KERNEL_COLUMNS]  # a selection, not a copy
+    kernels = rows_where(kernels, kernels["cat"] == "kernel") if len(kernels) else kernels
     if kernels.empty:
         return None
     mapping = trace_mapping(ev.trace)
-    shaped = kernels[kernels["registers"].notna()]
+    shaped = rows_where(kernels, kernels["registers"].notna())
     if shaped.empty:
         return _no_estimate(kernels, mapping)
     launches, device_notes = _launches(shaped, mapping)
