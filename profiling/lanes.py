@@ -60,7 +60,7 @@ def lane_labels(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray,
     labels = [names.label(str(p), str(t), g) for p, t, g in zip(pid, tid, on_gpu, strict=True)]
     codes, distinct = pd.factorize(pd.Series(labels, dtype=object))
     gpu = pd.Series(on_gpu).groupby(codes).any().to_numpy() if len(codes) else np.zeros(0, bool)
-    return codes[per_lane], np.asarray(distinct, dtype=object), gpu
+    return codes.astype(np.int32)[per_lane], np.asarray(distinct, dtype=object), gpu  # int32: one per event
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def assign_lanes(trace: Trace, ev: pd.DataFrame) -> tuple[pd.DataFrame, Lanes]:
         kept = np.argsort(-busy, kind="stable")[:MAX_LANES]
     kept = sorted(kept, key=lambda i: _lane_order(str(labels[i]), bool(gpu[i])))
     names, others = [str(labels[i]) for i in kept], None
-    position = np.full(len(labels), len(kept), dtype=np.int64)
+    position = np.full(len(labels), len(kept), dtype=np.int32)  # MAX_LANES + 1 at most
     position[kept] = np.arange(len(kept))
     if len(kept) < len(labels):
         others = len(kept)
