@@ -28,24 +28,23 @@ from profiling.reader import MAX_SKELETON_BYTES, Limits, TraceError, inflated, r
 # Peak RSS growth of an analysis (`analyze_file`, then the tables rounded and the timeline and steps
 # charts drawn, as `/analyze` does) per byte of inflated JSON, and its fixed part. Measured with the
 # typed reader in a fresh process (tests/profiling/test_admission.py's PEAK_CHILD: VmHWM after
-# /proc/self/clear_refs) on `bench.synthetic.replicate` of tests/data/sampled_training_rank0 (a real
-# CUDA training trace, ~336 bytes an event; 2026-12-03, 2 cores, other jobs running):
-#     inflated   18.6 MiB    77.7 MiB    236.5 MiB
-#     growth     +58 MiB     +166 MiB    +444 MiB    (1.75 per byte past the first ~30 MiB; 3.4 before)
-# The read's decode helper (profiling/reader_pool.py, forked past 16 MiB of JSON) holds another
-# ~46 MiB of private memory at most (Private_Dirty at the end of the 236 MiB read): in the fixed part.
-PEAK_PER_INFLATED_BYTE = 2.0
-# Per event the analysis holds ~1 kB at its peak whatever the event's size, so a trace of small events
-# costs more per byte: 12.3x its JSON for 93-byte kernel events, 13.7x for 82-byte ones without args,
-# 10.4x for 85-byte ops (the same child, 16 MiB of each; 1140, 1120 and 884 bytes an event, re-measured
-# 2026-12-03 after the reader took six more numeric args for the Memory and Module views: 991, 972 and
-# 782 before). The events are
+# /proc/self/clear_refs) on its `scaled_trace` of tests/data/sampled_training_rank0 (a real CUDA training
+# trace, ~360 bytes an event; 2026-12-05, 2 cores), since empty args columns cost nothing (issue 21):
+#     inflated   20.2 MiB    84.6 MiB    257.8 MiB   1,038 MiB (bench/parse_scale.py's replica, 665x)
+#     growth     +52 MiB     +133 MiB    +358 MiB    +1,464 MiB before drawing, +1,505 with it
+# (1.30 per byte from 85 to 258 MiB; 1.75 before). The read's decode helper (profiling/reader_pool.py,
+# forked past 16 MiB of JSON) holds another ~46 MiB of private memory at most: in the fixed part.
+PEAK_PER_INFLATED_BYTE = 1.6
+# Per event the analysis holds ~0.5 kB at its peak whatever the event's size, so a trace of small events
+# costs more per byte: 5.6x its JSON for 93-byte kernel events, 6.2x for 82-byte ones without args,
+# 5.2x for 85-byte ops (the same child, 16 MiB of each; 521, 508 and 443 bytes an event, 2026-12-05; 1140,
+# 1120 and 884 before empty args columns cost nothing). The events are
 # counted from above without parsing: every object that is an element of an array opens right after
 # `[` or `,` (JSON allows only blanks between), which no escape can hide, while an `args` object
 # opens after `:` and is not counted. Real traces hold ~1 such `{` per event (they held 2.3 `{` of
 # any kind, which the previous charge counted, charging them 2-4x what they use).
-PEAK_PER_OBJECT = 1250
-PEAK_BASE_BYTES = 112 * MiB
+PEAK_PER_OBJECT = 640
+PEAK_BASE_BYTES = 80 * MiB
 WAIT_ENV = "ATTENTION_PROFILER_ADMISSION_WAIT"  # seconds an analysis may wait for memory, then it is refused
 DEFAULT_WAIT_S = 300
 

@@ -259,11 +259,12 @@ def test_a_job_that_can_never_fit_is_refused_at_once_with_the_numbers():
     with pytest.raises(AdmissionError) as caught, gate.admit(3 * 1024**3, what="5.0 GiB of JSON"):
         pass
     assert time.monotonic() - start < slack(0.1)
-    fits = (2 * 1024**3 - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE / 1024**3
+    fits = (2 * 1024**3 - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE
+    fits_text = f"{fits / 1024**3:.1f} GiB" if fits >= 1024**3 else f"{fits / 1024**2:.0f} MiB"
     assert str(caught.value) == (
         "trace: analysing 5.0 GiB of JSON needs about 3.0 GiB of memory; this server allows 2.0 GiB for runs and "
         "analyses together, "
-        f"which fits up to {fits * 1024:.0f} MiB of JSON "
+        f"which fits up to {fits_text} of JSON "
         f"or {(2 * 1024**3 - PEAK_BASE_BYTES) // PEAK_PER_OBJECT:,} objects"
     )
     assert isinstance(caught.value, TraceError)  # the app already shows TraceError as a clear message
