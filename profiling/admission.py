@@ -43,7 +43,7 @@ PEAK_PER_INFLATED_BYTE = 1.6
 # `[` or `,` (JSON allows only blanks between), which no escape can hide, while an `args` object
 # opens after `:` and is not counted. Real traces hold ~1 such `{` per event (they held 2.3 `{` of
 # any kind, which the previous charge counted, charging them 2-4x what they use).
-PEAK_PER_OBJECT = 640
+PEAK_PER_OBJECT = 1250  # covers a trace whose args columns are all filled (one event with every key suffices)
 PEAK_BASE_BYTES = 80 * MiB
 WAIT_ENV = "ATTENTION_PROFILER_ADMISSION_WAIT"  # seconds an analysis may wait for memory, then it is refused
 DEFAULT_WAIT_S = 300

@@ -172,7 +172,8 @@ def merge_keys(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | 
     width = float(t1 - t0) or 1.0
     fraction = np.nan_to_num((events["ts"].to_numpy() - t0) / width)
     bucket = np.clip((fraction * 2**levels).astype(np.int64), 0, 2**levels - 1)
-    row = events["lane"].to_numpy() * (MAX_DEPTH + 1) + events["depth"].to_numpy()
+    lane = events["lane"].to_numpy().astype(np.int64)  # int64: the key is shifted left below
+    row = lane * (MAX_DEPTH + 1) + events["depth"].to_numpy()
     fine = (row << levels) + bucket
     ordered = np.sort(fine)
     for shift in range(levels + 1):

@@ -243,6 +243,7 @@ def rows_of(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     of ops and kernels of a big trace would otherwise spend a third of their bytes on missing values. Taken
     a column at a time, so a frame's columns are never all copied at once before the empty ones are dropped."""
     size = len(rows)
+    index = frame.index[rows]
     columns: dict[str, Any] = {}
     for name, column in frame.items():
         if not isinstance(column.dtype, np.dtype):  # text: pandas' own array
@@ -250,13 +251,14 @@ def rows_of(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
             continue
         values = column.to_numpy()
         if len(values) > 1 and values.strides == (0,):  # a repeat already
-            columns[name] = np.broadcast_to(values[:1].reshape(()), (size,))
+            columns[name] = pd.Series(np.broadcast_to(values[:1].reshape(()), (size,)), index=index, copy=False)
             continue
         taken = values[rows]
         if size > 1 and values.dtype.kind in MISSING_VALUE and pd.isna(taken).all():
-            taken = np.broadcast_to(MISSING_VALUE[values.dtype.kind], (size,))
-        columns[name] = taken
-    return pd.DataFrame(columns, index=frame.index[rows], copy=False)
+            taken = np.broadcast_to(MISSING_VALUE[values.dtype.kind].astype(values.dtype), (size,))
+        # Typed as the source column: a bare object array of texts and None would be inferred as `str`, None as NaN.
+        columns[name] = pd.Series(taken, index=index, dtype=values.dtype, copy=False)
+    return pd.DataFrame(columns, index=index, copy=False)
 
 
 def rows_where(frame: pd.DataFrame, mask: np.ndarray | pd.Series) -> pd.DataFrame:

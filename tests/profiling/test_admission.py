@@ -28,7 +28,7 @@ from profiling.admission import (
     analysis_peak_bytes,
     elements_opened,
 )
-from profiling.reader import MAX_INFLATED_BYTES, Limits, TraceError
+from profiling.reader import MAX_INFLATED_BYTES, NUMERIC_ARGS, OBJECT_ARGS, Limits, TraceError
 from profiling.trace import load_trace
 from tests.timing_slack import slack
 
@@ -168,11 +168,21 @@ SMALL_EVENTS = {  # the most events per byte the reader accepts, with and withou
 }
 
 
+# One event with every args key the reader keeps: no column is left empty, so none costs nothing.
+EVERY_ARG = json.dumps(
+    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}
+    | {"args": dict.fromkeys(NUMERIC_ARGS, 1) | {key: [1] for key in OBJECT_ARGS}}
+).encode()
+SMALL_EVENTS["kernels, every args column filled"] = SMALL_EVENTS["kernels"]
+
+
 @pytest.mark.parametrize("kind", list(SMALL_EVENTS))
 def test_the_estimate_covers_the_worst_case_of_small_events(kind, tmp_path):
     event = SMALL_EVENTS[kind]
+    first = EVERY_ARG + b"," if "every args column" in kind else b""
     path = tmp_path / "small.json.gz"
-    path.write_bytes(gzip.compress(b'{"traceEvents": [' + event * (16 * MiB // len(event)) + b'{"ph": "M"}]}', 1))
+    events = first + event * (16 * MiB // len(event))
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + events + b'{"ph": "M"}]}', 1))
     done = subprocess.run(
         [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=slack(300)
     )

@@ -104,3 +104,17 @@ def test_rows_where_is_a_boolean_selection():
     pd.testing.assert_frame_equal(rows_where(ev, mask), ev[mask])
     assert repeats(rows_where(ev, mask)["grid"].to_numpy())  # None in every row kept
     assert not repeats(rows_where(ev, ~mask)["grid"].to_numpy())
+
+
+def test_rows_of_keeps_an_object_column_of_texts_and_none_as_objects():
+    # pandas infers `str` for a bare object array of texts, and None would read as NaN: the frame of kernels
+    # must keep None where a kernel has no block (occupancy reads None as "no block", NaN as a bad one).
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"block": "x"}},
+        {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 3, "dur": 1, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"block": [1]}},
+    ]
+    trace = parse_trace(json.dumps({"traceEvents": events}).encode())
+    kernels = trace.kernels
+    assert kernels["block"].dtype == object and kernels["block"].tolist() == ["x", None]
+    pd.testing.assert_frame_equal(kernels, trace.events[trace.events["cat"] == "kernel"])
