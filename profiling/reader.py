@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from profiling.column_store import Columns
 from profiling.columns import (
     COLUMNS,
     NUMERIC_ARGS,
@@ -46,7 +47,6 @@ from profiling.columns import (
     OLD_ARG_SPELLINGS,
     TEXT_FIELDS,
     Block,
-    Columns,
     DictRows,
     _dumps,
     _JSONError,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from profiling.columns import MISSING_VALUE
+from profiling.column_store import MISSING_VALUE
 from profiling.reader import (
     COLUMNS,
     MAX_INFLATED_BYTES,
@@ -239,7 +239,7 @@ def rows_of(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     that missing value repeated by a zero stride: no memory.
 
     Most args columns are empty for most kinds of event (a kernel has no `Input Dims`, an op no `grid`), and
-    the reader leaves a column that no event filled as such a repeat (`columns.Columns.arrays`): the frames
+    the reader leaves a column that no event filled as such a repeat (`column_store.Columns.arrays`): the frames
     of ops and kernels of a big trace would otherwise spend a third of their bytes on missing values. Taken
     a column at a time, so a frame's columns are never all copied at once before the empty ones are dropped."""
     size = len(rows)

@@ -95,12 +95,9 @@ def longest_first(columns: dict[str, pd.Series]) -> pd.DataFrame:
 
     Sorted a column at a time, each unsorted column let go as its sorted copy is made: sorting the frame
     whole held two copies of every column of millions of events, the peak of a big trace's drawing."""
-    names = list(columns)
     order = columns["dur"].reset_index(drop=True).sort_values(ascending=False).index.to_numpy()
     index = columns["dur"].index[order]
-    out = {}
-    for name in names:
-        out[name] = columns.pop(name).array.take(order)
+    out = {name: columns.pop(name).array.take(order) for name in list(columns)}
     return pd.DataFrame(out, index=index, copy=False)
 
 
