@@ -82,11 +82,7 @@ class Ranks:
         self.names = ev["name"].to_numpy()
         complete = ev["ph"].to_numpy() == "X"
         cat = ev["cat"].to_numpy()
-        factorized = trace.derived.factorized  # shared with step_breakdown.where_value: codes of complete rows
-        if "name" not in factorized:
-            codes, uniques = pd.factorize(trace.complete_column("name"))
-            factorized["name"] = codes.astype(np.int32), uniques
-        codes, self.uniques = factorized["name"]
+        codes, self.uniques = trace.complete_codes("name")  # shared with step_breakdown.where_value
         self.codes = np.full(len(ev), -1, dtype=np.int64)
         self.codes[trace.complete_rows] = codes
         self.by_code = np.full(len(self.uniques), -1, dtype=np.int64)  # -1: not ranked yet

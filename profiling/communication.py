@@ -33,7 +33,7 @@ import pandas as pd
 from profiling import intervals as iv
 from profiling.kernels import MAX_NAMES_DECODED, decode
 from profiling.step_breakdown import adjusted_steps, steps_span
-from profiling.trace import Trace, per_trace
+from profiling.trace import Trace, codes_of, per_trace
 
 # Names of collectives the decoder may not know; searched case-blind. Linear in the name: literal
 # alternatives, each with at most one optional character. Inductor's `triton_*` kernels are left out:
@@ -57,7 +57,7 @@ def is_collective(name: str, decoded: bool = True) -> bool:
 
 def name_flags(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel: whether it is a collective, and whether it is computation (HTA's); one test per distinct name."""
-    codes, names = pd.factorize(kernels["name"].to_numpy())
+    codes, names = codes_of(kernels["name"])
     time = np.bincount(codes[codes >= 0], weights=np.nan_to_num(kernels["dur"].to_numpy()[codes >= 0]))
     decoded = np.zeros(len(names), dtype=bool)
     decoded[np.argsort(-time, kind="stable")[:MAX_NAMES_DECODED]] = True

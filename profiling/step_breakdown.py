@@ -68,11 +68,7 @@ def where_value(trace: Trace, column: str, predicate: Callable[[str], bool]) -> 
     The predicate runs once per distinct value, not once per event: a 10M-event trace has a
     few thousand distinct names, and per-event string matching would dominate the analysis.
     """
-    factorized = trace.derived.factorized
-    if column not in factorized:
-        codes, uniques = pd.factorize(trace.complete_column(column))
-        factorized[column] = codes.astype(np.int32), uniques  # a few thousand distinct values: int32 halves it
-    codes, uniques = factorized[column]
+    codes, uniques = trace.complete_codes(column)
     flags = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
     return np.append(flags, False)[codes]  # code -1 (missing) reads the appended False
 

