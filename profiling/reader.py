@@ -30,9 +30,7 @@ With the helper (two cores) the read takes 6.2 s of wall on a machine where anot
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +52,7 @@ from profiling.columns import (
     block_of,
 )
 from profiling.decode import available, typed_rows
+from profiling.gc_pause import paused_gc
 from profiling.lane_names import LaneNames
 from profiling.reader_pool import START_AFTER_BYTES, DecodeHelper, helper_wanted
 from profiling.scan import (
@@ -160,7 +159,7 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
     helper: DecodeHelper | None = None
     wanted = typed and available() and helper_wanted()
     try:
-        with _no_gc():
+        with paused_gc():  # millions of small objects and no cycles (profiling/gc_pause.py)
             for chunk in inflated(chunks, limits.inflated_bytes):
                 json_bytes += len(chunk)
                 for batch in splitter.feed(chunk):
@@ -204,16 +203,3 @@ def _metadata(document: Any, columns: Columns, json_bytes: int, source: str) -> 
         raise TraceError(f"trace: `traceEvents` must be a list, got {type(events).__name__}")
     columns.add(events, json_bytes, absolute=True)
     return document
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    # Parsing builds millions of small objects and no cycles; the cyclic collector would rescan
-    # them again and again and make parse time grow faster than the trace.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
