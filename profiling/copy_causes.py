@@ -31,7 +31,7 @@ from profiling.insights.base import MAX_TENSOR_BYTES, NAME_IN_PROSE, short, tens
 from profiling.launches import first_launches, launch_owners
 from profiling.step_breakdown import step_names
 from profiling.structure import moves_a_scalar
-from profiling.trace import Trace
+from profiling.trace import Trace, codes_of
 
 OTHER = "other"  # written "other (<outermost op>)"
 OTHER_ADVICE = "an in-place or view form of the op, where one exists, removes the copy"
@@ -88,7 +88,7 @@ def _copy_table(trace: Trace) -> pd.DataFrame:
     roots = copy_rows[is_root]
     scalar = per_distinct(ev["input_dims"].to_numpy()[roots], None, lambda d, _: moves_a_scalar(d)).astype(bool)
     keep = ~scalar | work["memcpy"].reindex(roots).notna().to_numpy()
-    is_memcpy = _names_with(gpu["name"].to_numpy(), "Memcpy", prefix=True)
+    is_memcpy = _names_with(gpu["name"], "Memcpy", prefix=True)
     orphans = np.flatnonzero(is_memcpy & ~attached)
     table = pd.concat(
         [
@@ -147,11 +147,15 @@ def _owners(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     return np.where(launch >= 0, launch_owners(trace)[np.clip(launch, 0, None)], -1)
 
 
-def _names_with(names: np.ndarray, text: str, prefix: bool = False) -> np.ndarray:
-    """Which names start with (or hold) `text`, tested once per distinct name."""
-    codes, uniques = pd.factorize(pd.Series(names, dtype=object).astype(str))
-    found = [u.startswith(text) if prefix else text in u for u in uniques]
-    return np.array(found, dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
+def _names_with(names: np.ndarray | pd.Series, text: str, prefix: bool = False) -> np.ndarray:
+    """Which names start with (or hold) `text`, tested once per distinct name; a missing name holds nothing.
+    A Series (the GPU frame's Categorical names) is factorized from its codes (`trace.codes_of`)."""
+    if isinstance(names, pd.Series):
+        codes, uniques = codes_of(names)
+    else:
+        codes, uniques = pd.factorize(pd.Series(names, dtype=object).astype(str))
+    found = [isinstance(u, str) and (u.startswith(text) if prefix else text in u) for u in uniques]
+    return np.append(np.array(found, dtype=bool), False)[codes]  # code -1 (missing) reads the appended False
 
 
 def _sizes(gpu: pd.DataFrame, at: np.ndarray) -> np.ndarray:

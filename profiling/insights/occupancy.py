@@ -149,7 +149,7 @@ def _launches(shaped: pd.DataFrame, mapping: DeviceMapping) -> tuple[pd.DataFram
     estimate = kineto_estimate(blocks, threads, shared, grid, limits)
     launches = pd.DataFrame(
         {
-            "name": shaped["name"].to_numpy(),
+            "name": shaped["name"].array,  # a Categorical stays one: `codes_of` reads its codes
             "dur": shaped["dur"].to_numpy(dtype=np.float64),
             "ts": shaped["ts"].to_numpy(dtype=np.float64),
             "reported": valid_occupancy(shaped["occupancy"].to_numpy()),

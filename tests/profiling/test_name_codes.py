@@ -64,3 +64,14 @@ def test_a_kernel_without_a_name_is_missing_in_its_frame():
     expected = trace.events.loc[trace.kernels.index, "name"]
     assert trace.kernels["name"].astype(object).where(expected.notna()).tolist() == expected.astype(object).tolist()
     assert trace.kernels["name"].cat.categories.tolist() == sorted(expected.dropna().unique())
+
+
+@pytest.mark.parametrize("as_categorical", [True, False])
+def test_copy_names_are_found_once_per_distinct_name_and_a_missing_one_holds_nothing(as_categorical):
+    from profiling.copy_causes import _names_with
+
+    values = ["Memcpy HtoD (Pageable -> Device)", None, "kernel", "Memcpy HtoD (Pageable -> Device)", "Memset"]
+    names = pd.Series(pd.Categorical(values)) if as_categorical else np.array(values, dtype=object)
+    assert _names_with(names, "Memcpy", prefix=True).tolist() == [True, False, False, True, False]
+    assert _names_with(names, "Pageable").tolist() == [True, False, False, True, False]
+    assert _names_with(names[:0], "Memcpy").tolist() == []
