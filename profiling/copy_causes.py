@@ -149,11 +149,8 @@ def _owners(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
 
 def _names_with(names: np.ndarray | pd.Series, text: str, prefix: bool = False) -> np.ndarray:
     """Which names start with (or hold) `text`, tested once per distinct name; a missing name holds nothing.
-    A Series (the GPU frame's Categorical names) is factorized from its codes (`trace.codes_of`)."""
-    if isinstance(names, pd.Series):
-        codes, uniques = codes_of(names)
-    else:
-        codes, uniques = pd.factorize(pd.Series(names, dtype=object).astype(str))
+    The GPU frame's Categorical names are factorized from their codes (`trace.codes_of`)."""
+    codes, uniques = codes_of(names if isinstance(names, pd.Series) else pd.Series(names, dtype=object))
     found = [isinstance(u, str) and (u.startswith(text) if prefix else text in u) for u in uniques]
     return np.append(np.array(found, dtype=bool), False)[codes]  # code -1 (missing) reads the appended False
 
