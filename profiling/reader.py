@@ -11,8 +11,10 @@ The pipeline, one chunk at a time; the list of all events never exists:
    (msgspec, profiling/decode.py), or, where that schema refuses an odd value and on a bare install,
    by the reference route: orjson (the stdlib `json` without it) into dicts; both end in the same
    column builder (profiling/columns.py), which cuts names to `MAX_NAME_CHARS` (profiling/names.py);
-5. with two or more CPUs and a large trace, step 4 runs in a forked helper process while this one
-   inflates and scans (profiling/reader_pool.py); the blocks come back in order.
+5. with two or more CPUs and a large trace, step 4 (with the rewrite of `ts`, profiling/timestamps.py) is
+   shared with a forked helper process, several batches ahead, while this one inflates and scans; when
+   the helper is behind, this one decodes the next batch itself; the blocks merge in order
+   (profiling/reader_pool.py).
 
 Throughput per stage (CPU, MB/s of JSON) on a 248 MB replica of tests/data/sampled_training_rank0
 (`bench.synthetic.replicate` x152, 738k events; 2 shared cores, 2026-12-03, other jobs running, so +-30%):
@@ -23,15 +25,16 @@ Throughput per stage (CPU, MB/s of JSON) on a 248 MB replica of tests/data/sampl
     parse                 59 (orjson into dicts)  200-256 (msgspec into Structs)
     columns               52                      76-100 (block_of) + 240-700 (append)
     whole read_path       24 (10.5 s)             38-42 (5.9-6.7 s) on one core
-With the helper (two cores) the read takes 6.2 s of wall on a machine where another job held a core,
-4.4 s of CPU here and 4.7 s in the helper: about 4.8 s on two free cores. The analysis after the read
-(`analyze`) takes ~6-7 s of CPU on the same trace and is now the larger part.
+With the helper sharing the decode several batches ahead (2026-12-05, 2 cores, in process, three reads each):
+1.13-1.23 s on a 100 MiB replica (x64; 1.67 s with one batch in flight, 2.0 s on one core) and 4.1-4.25 s on
+a 400 MiB one (x256; 6.1-6.4 s before), each side busy ~1.1 s per 100 MiB.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +78,7 @@ from profiling.scan import (
     inflated,
     raw_chunks,
 )
-from profiling.timestamps import Rebase
+from profiling.timestamps import Rebase, rebased
 
 __all__ = [
     "CHUNK_BYTES",
@@ -139,10 +142,12 @@ def read_text(data: bytes, limits: Limits | None = None, source: str = "trace", 
 
 
 def decode_batch(text: bytes, base: int, source: str = "trace", typed: bool = True) -> Block:
-    """One batch of events (`[e1,...]` JSON text, its `ts` already rebased on `base`) as a Block.
+    """One batch of events (`[e1,...]` JSON text as the file holds it) as a Block, its `ts` rebased on
+    `base` µs (`timestamps.rebased`).
 
     The typed decoder where its schema takes the batch; else, or with `typed` False, the reference
     (orjson or the stdlib into dicts), whose error a batch that is not valid JSON raises."""
+    text = rebased(text, base)
     rows = typed_rows(text) if typed else None
     if rows is not None:
         try:
@@ -163,15 +168,15 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
             for chunk in inflated(chunks, limits.inflated_bytes):
                 json_bytes += len(chunk)
                 for batch in splitter.feed(chunk):
-                    batch = rebase(batch)
-                    columns.ts_base_us = rebase.base or 0
+                    columns.ts_base_us = rebase.settle(batch)
                     if helper is None and wanted and json_bytes > START_AFTER_BYTES:
-                        helper = DecodeHelper(source)
+                        helper = DecodeHelper(partial(decode_batch, source=source))
                     if helper is None:
                         columns.append(decode_batch(batch, columns.ts_base_us, source, typed), json_bytes)
-                    elif (block := helper.submit(batch, columns.ts_base_us)) is not None:
-                        columns.append(block, json_bytes)
-            if helper is not None and (block := helper.take()) is not None:
+                    else:
+                        for block in helper.submit(batch, columns.ts_base_us):
+                            columns.append(block, json_bytes)
+            for block in helper.finish() if helper is not None else ():
                 columns.append(block, json_bytes)
             document = _parse(splitter.finish(), source)
             metadata = _metadata(document, columns, json_bytes, source)

@@ -2,15 +2,20 @@
 
 msgspec holds the GIL, so threads cannot share the decode; a process can. One helper is forked
 (`os.fork`: no interpreter start, no imports, and it shares the parent's pages) once a read has passed
-`START_AFTER_BYTES` of JSON, on a machine with two or more CPUs. The protocol keeps at most one
-batch in flight, so neither side ever blocks writing to a pipe the other is not reading: the parent
-sends batch i, scans batch i+1 while the helper decodes batch i, then takes block i and sends i+1.
-Blocks come back in order.
+`START_AFTER_BYTES` of JSON, on a machine with two or more CPUs.
 
-Bounded and cancellable: the helper reads only from its pipe and exits (`os._exit`) when the pipe
+Neither side waits for the other's turn:
+- up to IN_FLIGHT batches are out at the helper at once; two threads of the parent move the bytes
+  (each in one blocking call without the GIL), and the socket's buffers hold a whole batch or block,
+  so the helper starts its next batch as soon as it has sent a block;
+- when the helper is IN_FLIGHT batches behind, the parent decodes the next batch itself instead of
+  waiting (the two sides' shares follow their speeds);
+- blocks come back in the batches' order, an error too (raised when its batch's turn comes).
+
+Bounded and cancellable: the helper reads only from its socket and exits (`os._exit`) when the socket
 closes, which happens when the read ends, raises (a cap, a time limit's exception from the progress
-callback) or the parent process is killed (the OS closes its pipe ends); the parent also kills and
-reaps it on close. `ATTENTION_PROFILER_READ_HELPER=0` reads on one core.
+callback) or the parent process is killed (the OS closes its end); the parent kills and reaps it on
+close. `ATTENTION_PROFILER_READ_HELPER=0` reads on one core.
 """
 
 from __future__ import annotations
@@ -19,18 +24,31 @@ import contextlib
 import gc
 import os
 import pickle
+import queue
 import signal
+import socket
+import struct
 import sys
 import threading
-from multiprocessing.connection import Connection
-from typing import Any
+from collections import deque
+from collections.abc import Callable
 
 from profiling.columns import Block
 
 ENV = "ATTENTION_PROFILER_READ_HELPER"
 # Below this much JSON the fork (a few ms for a large parent) is not worth it, and a small trace reads
 # exactly as before in one process.
-START_AFTER_BYTES = 16 * 1024**2
+START_AFTER_BYTES = 4 * 1024**2
+# Batches out at the helper at once: enough that a slow batch on either side does not stall the other,
+# at ~1 MiB of JSON and ~1 MiB of block each. Decoded here, as many again may wait behind the oldest.
+IN_FLIGHT = 4
+# Each end's send buffer, as far as the system allows (net.core.wmem_max): a block fits whole, so the
+# helper never waits for the parent's thread to be given the GIL before it starts the next batch.
+BUFFER_BYTES = 4 * 1024**2
+_LENGTH = struct.Struct("<Q")  # each message's size, before it
+_AT_HELPER = object()  # a pending batch whose block the helper will send
+
+Decode = Callable[[bytes, int], Block]  # a batch's text and its base, to its block
 
 
 def helper_wanted() -> bool:
@@ -47,73 +65,132 @@ def helper_wanted() -> bool:
 
 
 class DecodeHelper:
-    """One forked process that turns batches into Blocks (`reader.decode_batch`), one at a time, in order."""
+    """Batches decoded by `decode`, shared between one forked process and this one, the blocks in order."""
 
-    def __init__(self, source: str) -> None:
-        to_child, from_parent = os.pipe()
-        to_parent, from_child = os.pipe()
+    def __init__(self, decode: Decode) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for end in (ours, theirs):
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER_BYTES)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
-            # Only its own two pipe ends: an end of another read's helper held here would keep that
-            # helper from seeing its parent go.
-            low, high = sorted((to_child, from_child))
-            os.closerange(3, low)
-            os.closerange(low + 1, high)
-            os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
-            _serve(Connection(to_child, writable=False), Connection(from_child, readable=False), source)
-        os.close(to_child)
-        os.close(from_child)
+            # Only its own socket: an end of another read's helper held here would keep that helper
+            # from seeing its parent go.
+            keep = theirs.fileno()
+            os.closerange(3, keep)
+            os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+            _serve(theirs, decode)
+        theirs.close()
         self.pid = pid
-        self.send_end = Connection(from_parent, readable=False)
-        self.recv_end = Connection(to_parent, writable=False)
-        self.pending = False
+        self._decode = decode
+        self._socket = ours
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue[bytearray | None] = queue.SimpleQueue()
+        self._pending: deque[object] = deque()  # per batch in order: _AT_HELPER, or what `decode` gave here
+        self.at_helper = 0
+        self._threads = [
+            threading.Thread(target=self._send_all, name="trace-reader-send", daemon=True),
+            threading.Thread(target=self._receive_all, name="trace-reader-receive", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def submit(self, text: bytes, base: int) -> Block | None:
-        """Send one batch; returns the previous batch's block (None when there was none)."""
-        done = self.take() if self.pending else None
-        self.send_end.send_bytes(pickle.dumps((text, base), protocol=5))
-        self.pending = True
+    def submit(self, text: bytes, base: int) -> list[Block]:
+        """Take one batch; returns the blocks done so far, in order."""
+        if self.at_helper < IN_FLIGHT or not self._replies.empty():
+            self._outbox.put(pickle.dumps((text, base), protocol=5))
+            self._pending.append(_AT_HELPER)
+            self.at_helper += 1
+        else:  # the helper is behind: this batch is decoded here, and waits its turn
+            self._pending.append(_outcome(self._decode, text, base))
+        done = []
+        while self._pending and (
+            self._pending[0] is not _AT_HELPER or not self._replies.empty() or len(self._pending) > 2 * IN_FLIGHT
+        ):
+            done.append(self._take())
         return done
 
-    def take(self) -> Block | None:
-        """The block of the batch in flight, if any; re-raises the helper's error for it."""
-        if not self.pending:
-            return None
-        self.pending = False
-        try:
-            outcome = pickle.loads(self.recv_end.recv_bytes())
-        except EOFError:
-            raise RuntimeError("the trace reader's decode helper died") from None
+    def finish(self) -> list[Block]:
+        """The blocks of every batch still pending, in order."""
+        return [self._take() for _ in range(len(self._pending))]
+
+    def _take(self) -> Block:
+        """The oldest batch's block; raises its error."""
+        outcome = self._pending.popleft()
+        if outcome is _AT_HELPER:
+            self.at_helper -= 1
+            reply = self._replies.get()
+            if reply is None:
+                raise RuntimeError("the trace reader's decode helper died")
+            outcome = pickle.loads(reply)
         if isinstance(outcome, BaseException):
             raise outcome
+        assert isinstance(outcome, Block)
         return outcome
 
+    def _send_all(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            try:
+                _send(self._socket, message)
+            except OSError:  # the helper is gone; the receiving thread reports it
+                return
+
+    def _receive_all(self) -> None:
+        try:
+            while True:
+                self._replies.put(_receive(self._socket))
+        except (OSError, EOFError):
+            self._replies.put(None)
+
     def close(self) -> None:
-        """Stop the helper (its pipe closed, then killed if still there) and reap it."""
-        for end in (self.send_end, self.recv_end):
-            end.close()
+        """Stop the helper (killed: its end of the socket closes, so both threads leave) and reap it."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
+        self._outbox.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._socket.close()
 
 
-def _serve(requests: Connection, replies: Connection, source: str) -> None:  # pragma: no cover - in the child
-    from profiling.reader import decode_batch
+def _outcome(decode: Decode, text: bytes, base: int) -> Block | Exception:
+    try:
+        return decode(text, base)
+    except Exception as exc:  # a batch that is not valid JSON: raised when its turn comes
+        return exc
 
+
+def _send(sock: socket.socket, message: bytes) -> None:
+    sock.sendall(_LENGTH.pack(len(message)))
+    sock.sendall(message)
+
+
+def _receive(sock: socket.socket) -> bytearray:
+    """One message, read in as few calls as the socket allows (MSG_WAITALL: one, barring a signal)."""
+    (size,) = _LENGTH.unpack(_exactly(sock, _LENGTH.size))
+    return _exactly(sock, size)
+
+
+def _exactly(sock: socket.socket, size: int) -> bytearray:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], size - got, socket.MSG_WAITALL)
+        if n == 0:
+            raise EOFError
+        got += n
+    return buffer
+
+
+def _serve(sock: socket.socket, decode: Decode) -> None:  # pragma: no cover - in the child
     gc.disable()  # blocks hold no cycles; the parent disabled it too, for the same reason
     code = 0
     try:
         while True:
             try:
-                text, base = pickle.loads(requests.recv_bytes())
+                text, base = pickle.loads(_receive(sock))
             except EOFError:
                 break
-            outcome: Any
-            try:
-                outcome = decode_batch(text, base, source)
-            except Exception as exc:  # a batch that is not valid JSON: the parent raises it
-                outcome = exc
-            replies.send_bytes(pickle.dumps(outcome, protocol=5))
+            _send(sock, pickle.dumps(_outcome(decode, text, base), protocol=5))
     except BaseException:  # the parent went away mid-reply: nothing to report to
         code = 1
     finally:

@@ -1,7 +1,7 @@
 """Epoch timestamps with nanosecond digits, read relative to a base so that no digit is lost.
 
-`Rebase` rewrites each batch of `traceEvents` text before any parser turns its `ts` into floats; the
-reader keeps the base on the trace (`RawTrace.ts_base_us`).
+`Rebase` decides a base, and `rebased` rewrites each batch of `traceEvents` text relative to it before any
+parser turns its `ts` into floats; the reader keeps the base on the trace (`RawTrace.ts_base_us`).
 """
 
 from __future__ import annotations
@@ -40,47 +40,58 @@ _EXACT = Context(prec=64)  # a rewritten value's digits: far more than float64 k
 
 
 class Rebase:
-    """Rewrites each batch's `"ts":` numbers relative to `base` (whole µs), in the text.
+    """Decides the base that every batch's `"ts":` numbers are rewritten relative to (`rebased`), in the text.
 
     The base is decided once, by the first `"ts":` number of the events: REBASE_MARGIN_US before its
     whole microseconds where it is written with a fraction or an exponent and lies from
     REBASE_FROM_US to MAX_TIME_US; else 0, and nothing is rewritten (whole numbers are exact in
-    float64 up to 2**53, 285 years of µs). Every `"ts"` key is rewritten, an `args` one too (the
-    analysis reads none there); a value past MAX_TIME_US becomes null, as it would read anyway.
+    float64 up to 2**53, 285 years of µs). Deciding is a search in the first batch; the rewriting, a pure
+    function of a batch and the base, may run wherever the batch is decoded (profiling/reader_pool.py).
     """
 
     def __init__(self) -> None:
         self.base: int | None = None  # None: no `"ts":` number seen yet
 
-    def __call__(self, batch: bytes) -> bytes:
+    def settle(self, batch: bytes) -> int:
+        """The base, decided by this batch if no earlier one held a `"ts":` number (0 until one does)."""
         if self.base is None:
             first = _TS_FIRST.search(batch)
             if first is None:
-                return batch
+                return 0
             self.base = _base_of(first.group(1))
-        if not self.base:
-            return batch
-        parts = _TS_WHOLE.split(batch)  # text, key, whole µs, other, text, key, whole µs, other, ..., text
-        if not any(parts[3::4]):
-            del parts[3::4]
-            wholes = list(map(int, parts[2::3]))
-            base = self.base
-            if not wholes or min(wholes) >= base:  # below the base, the fraction would need subtracting
-                parts[2::3] = [b"%d" % (whole - base) for whole in wholes]
-                return b"".join(parts)
-        return _TS_ANY.sub(self._relative, batch)
+        return self.base
 
-    def _relative(self, match: re.Match[bytes]) -> bytes:
-        """One value, exactly; a whole number stays one, and any other stays a float (an object arg may
-        hold a "ts" key, and is kept as parsed)."""
-        number = match.group(2)
-        value = Decimal(number.decode())
-        if abs(value) > MAX_TIME_US:  # junk, missing whatever the base; as a number it could read as valid
-            return match.group(1) + b"null"
-        text = format(_EXACT.subtract(value, self.base or 0), "f")
-        if re.search(rb"[.eE]", number) and "." not in text:
-            text += ".0"
-        return match.group(1) + text.encode()
+    def __call__(self, batch: bytes) -> bytes:
+        return rebased(batch, self.settle(batch))
+
+
+def rebased(batch: bytes, base: int) -> bytes:
+    """The batch with every `"ts"` key's number rewritten relative to `base` µs (unchanged for 0). Every
+    `"ts"` key is rewritten, an `args` one too (the analysis reads none there); a value past MAX_TIME_US
+    becomes null, as it would read anyway."""
+    if not base:
+        return batch
+    parts = _TS_WHOLE.split(batch)  # text, key, whole µs, other, text, key, whole µs, other, ..., text
+    if not any(parts[3::4]):
+        del parts[3::4]
+        wholes = list(map(int, parts[2::3]))
+        if not wholes or min(wholes) >= base:  # below the base, the fraction would need subtracting
+            parts[2::3] = [b"%d" % (whole - base) for whole in wholes]
+            return b"".join(parts)
+    return _TS_ANY.sub(lambda match: _relative(match, base), batch)
+
+
+def _relative(match: re.Match[bytes], base: int) -> bytes:
+    """One value, exactly; a whole number stays one, and any other stays a float (an object arg may hold a
+    "ts" key, and is kept as parsed)."""
+    number = match.group(2)
+    value = Decimal(number.decode())
+    if abs(value) > MAX_TIME_US:  # junk, missing whatever the base; as a number it could read as valid
+        return match.group(1) + b"null"
+    text = format(_EXACT.subtract(value, base), "f")
+    if re.search(rb"[.eE]", number) and "." not in text:
+        text += ".0"
+    return match.group(1) + text.encode()
 
 
 def _base_of(number: bytes) -> int:

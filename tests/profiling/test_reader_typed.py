@@ -1,5 +1,5 @@
 """The typed reader (msgspec, profiling/decode.py) against the reference route (orjson into dicts), field by
-field, on every real trace and on odd values; and the decode helper process (profiling/reader_pool.py).
+field, on every real trace and on odd values (the decode helper: tests/profiling/test_reader_pool.py).
 
 tests/profiling/test_reader.py checks the default (typed) reader against a plain loop over the JSON; here
 the two routes of the reader must agree exactly, and real traces must take the typed one.
@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-import profiling.reader as reader
 from profiling import decode
 from profiling.reader import Limits, RawTrace, Splitter, TraceError, read_text
 from profiling.timestamps import Rebase
 from tests.conftest import DATA
-from tests.timing_slack import TIMING_SLACK
 
 SHARED = Path("/work/shared/traces")
 REAL = sorted(
@@ -144,80 +140,6 @@ def test_a_value_orjson_refuses_inside_a_kept_arg_is_refused_as_the_reference_re
     with pytest.raises(TraceError) as typed:
         read_text(data)
     assert str(typed.value) == str(reference.value)
-
-
-@pytest.fixture
-def helper_always(monkeypatch):
-    """The decode helper from the first batch, on any machine."""
-    monkeypatch.setattr(reader, "START_AFTER_BYTES", 0)
-    monkeypatch.setattr(reader, "helper_wanted", lambda: True)
-
-
-def _children() -> set[str]:
-    return {c for task in Path("/proc/self/task").iterdir() for c in (task / "children").read_text().split()}
-
-
-def _many_batches(copies: int = 3) -> bytes:
-    events = json.loads(gzip.decompress((DATA / "sampled_training_rank0.json.gz").read_bytes()))["traceEvents"]
-    return json.dumps({"traceEvents": events * copies}).encode()
-
-
-def test_the_helper_process_reads_what_one_process_reads(helper_always):
-    data = _many_batches()
-    before = _children()
-    _same_read(read_text(data), read_text(data, typed=False))
-    assert _children() == before  # the helper was reaped
-
-
-def test_an_error_in_a_helper_batch_is_raised_and_the_helper_reaped(helper_always):
-    good = _many_batches(2)
-    bad = good[: len(good) // 2] + b"}}{" + good[len(good) // 2 :]  # valid structure to the scan, not JSON
-    before = _children()
-    with pytest.raises(TraceError):
-        read_text(bad)
-    assert _children() == before
-
-
-def test_a_helper_stops_when_the_reader_is_stopped(helper_always):
-    # The time limit and a leaving client stop a read by raising from the progress callback, between chunks.
-    data = _many_batches()
-    seen: list[set[str]] = []
-
-    def chunks() -> Any:
-        for at in range(0, len(data), 1 << 20):
-            if at > 2 << 20:
-                seen.append(_children())
-                raise TimeoutError("time limit")
-            yield data[at : at + (1 << 20)]
-
-    before = _children()
-    with pytest.raises(TimeoutError):
-        reader._read(chunks(), Limits(), "trace")
-    assert seen and seen[0] - before  # a helper ran...
-    assert _children() == before  # ...and is gone
-
-
-def test_a_helper_exits_when_its_parent_is_killed(tmp_path):
-    code = (
-        "import os, sys, time\n"
-        "import profiling.reader_pool as pool\n"
-        "h = pool.DecodeHelper('t')\n"
-        "print(h.pid, flush=True)\n"
-        "os.kill(os.getpid(), 9)\n"
-    )
-    import subprocess
-    import sys
-    import time
-
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=DATA.parents[1])
-    pid = int(done.stdout.split()[0])
-    for _ in range(int(100 * TIMING_SLACK)):  # the orphan is reparented; it must leave once its pipe closes
-        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        pytest.fail("the helper outlived its parent")
 
 
 def test_columns_have_the_types_the_analysis_expects():

@@ -1,0 +1,183 @@
+"""The read's decode helper (profiling/reader_pool.py): batches shared between a forked process and this one,
+the blocks in the batches' order whoever decoded them, an error raised in its batch's turn, and nothing left
+running after a read, a failed read, a stopped read or a killed parent."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import profiling.reader as reader
+import profiling.reader_pool as pool
+from profiling.reader import Limits, TraceError, decode_batch, read_text
+from profiling.reader_pool import IN_FLIGHT, DecodeHelper
+from tests.conftest import DATA
+from tests.profiling.test_reader_typed import _same_read
+from tests.timing_slack import TIMING_SLACK
+
+
+@pytest.fixture
+def helper_always(monkeypatch):
+    """The decode helper from the first batch, on any machine."""
+    monkeypatch.setattr(reader, "START_AFTER_BYTES", 0)
+    monkeypatch.setattr(reader, "helper_wanted", lambda: True)
+
+
+def _children() -> set[str]:
+    return {c for task in Path("/proc/self/task").iterdir() for c in (task / "children").read_text().split()}
+
+
+def _helper_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("trace-reader-")]
+
+
+def _many_batches(copies: int = 3) -> bytes:
+    events = json.loads(gzip.decompress((DATA / "sampled_training_rank0.json.gz").read_bytes()))["traceEvents"]
+    return json.dumps({"traceEvents": events * copies}).encode()
+
+
+def _batch(index: int) -> bytes:
+    """Batch `index`: index + 1 events named after it, so each block says which batch it was."""
+    return json.dumps([{"ph": "X", "name": f"b{index}", "ts": t, "dur": 1} for t in range(index + 1)]).encode()
+
+
+class Gated:
+    """A decode that, in the helper, waits until the file `gate` exists, and raises for the batches `failing`;
+    the batches it decodes in this process are recorded in `here`."""
+
+    def __init__(self, gate: Path, failing: frozenset[int] = frozenset()) -> None:
+        self.gate, self.failing, self.parent, self.here = gate, failing, os.getpid(), []
+
+    def __call__(self, text: bytes, base: int) -> Any:
+        index = len(json.loads(text)) - 1
+        if os.getpid() == self.parent:
+            self.here.append(index)
+        else:
+            while not self.gate.exists():  # pragma: no cover - in the helper
+                time.sleep(0.005)
+        if index in self.failing:
+            raise ValueError(f"batch {index} is bad")
+        return decode_batch(text, base)
+
+
+def test_blocks_come_back_in_the_batches_order_whoever_decoded_them(tmp_path):
+    decode = Gated(tmp_path / "open")
+    helper = DecodeHelper(decode)
+    count = 3 * IN_FLIGHT
+    try:
+        done = [block for index in range(2 * IN_FLIGHT) for block in helper.submit(_batch(index), 0)]
+        assert done == []  # the oldest batch is at the helper, which waits: nothing may come back before it
+        # The helper took the first IN_FLIGHT, then was that far behind: this process decoded the next ones.
+        assert decode.here == list(range(IN_FLIGHT, 2 * IN_FLIGHT))
+        (tmp_path / "open").touch()
+        # One more batch would leave more than 2 * IN_FLIGHT waiting: the oldest is waited for, and comes back.
+        done += helper.submit(_batch(2 * IN_FLIGHT), 0)
+        assert done
+        for index in range(2 * IN_FLIGHT + 1, count):
+            done += helper.submit(_batch(index), 0)
+        done += helper.finish()
+    finally:
+        helper.close()
+    assert [block.rows for block in done] == [index + 1 for index in range(count)]
+    assert [block.texts["name"][1][0] for block in done] == [f"b{index}" for index in range(count)]
+
+
+def test_an_error_is_raised_in_its_batchs_turn(tmp_path):
+    # Batch 1 fails at the helper, later; batches decoded here fail first in time, but come after it.
+    decode = Gated(tmp_path / "open", failing=frozenset(range(1, 3 * IN_FLIGHT)))
+    helper = DecodeHelper(decode)
+    try:
+        for index in range(2 * IN_FLIGHT):
+            assert helper.submit(_batch(index), 0) == []
+        assert decode.here and min(decode.here) > 1  # those failed here, first
+        (tmp_path / "open").touch()
+        with pytest.raises(ValueError, match="^batch 1 is bad$"):
+            helper.finish()
+    finally:
+        helper.close()
+
+
+def test_a_helper_that_dies_is_reported(tmp_path):
+    def die_in_the_helper(text: bytes, base: int) -> Any:
+        if os.getpid() != parent:
+            os._exit(3)
+        return decode_batch(text, base)
+
+    parent = os.getpid()
+    helper = DecodeHelper(die_in_the_helper)
+    try:
+        helper.submit(_batch(0), 0)
+        with pytest.raises(RuntimeError, match="decode helper died"):
+            helper.finish()
+    finally:
+        helper.close()
+    assert not _helper_threads()
+
+
+@pytest.mark.parametrize("in_flight", [1, IN_FLIGHT])
+def test_the_helper_process_reads_what_one_process_reads(helper_always, monkeypatch, in_flight):
+    # One batch out at a time makes this process decode many of them; the blocks still merge in order.
+    monkeypatch.setattr(pool, "IN_FLIGHT", in_flight)
+    data = _many_batches()
+    before = _children()
+    _same_read(read_text(data), read_text(data, typed=False))
+    assert _children() == before  # the helper was reaped
+    assert not _helper_threads()  # and the threads that fed it are gone
+
+
+def test_an_error_in_a_helper_batch_is_raised_and_the_helper_reaped(helper_always):
+    good = _many_batches(2)
+    bad = good[: len(good) // 2] + b"}}{" + good[len(good) // 2 :]  # valid structure to the scan, not JSON
+    before = _children()
+    with pytest.raises(TraceError):
+        read_text(bad)
+    assert _children() == before
+    assert not _helper_threads()
+
+
+def test_a_helper_stops_when_the_reader_is_stopped(helper_always):
+    # The time limit and a leaving client stop a read by raising from the progress callback, between chunks.
+    data = _many_batches()
+    seen: list[set[str]] = []
+
+    def chunks() -> Any:
+        for at in range(0, len(data), 1 << 20):
+            if at > 2 << 20:
+                seen.append(_children())
+                raise TimeoutError("time limit")
+            yield data[at : at + (1 << 20)]
+
+    before = _children()
+    with pytest.raises(TimeoutError):
+        reader._read(chunks(), Limits(), "trace")
+    assert seen and seen[0] - before  # a helper ran...
+    assert _children() == before  # ...and is gone
+    assert not _helper_threads()
+
+
+def test_a_helper_exits_when_its_parent_is_killed():
+    code = (
+        "import os\n"
+        "import profiling.reader_pool as pool\n"
+        "h = pool.DecodeHelper(lambda text, base: None)\n"
+        "print(h.pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=DATA.parents[1])
+    pid = int(done.stdout.split()[0])
+    for _ in range(int(100 * TIMING_SLACK)):  # the orphan is reparented; it must leave once its socket closes
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the helper outlived its parent")
