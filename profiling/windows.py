@@ -45,16 +45,63 @@ def window_of(
     `rows` (event positions) limits the answer to those events, in that order.
     """
     ev = trace.events
-    rows = np.arange(len(ev)) if rows is None else rows
     if windows.empty:
-        return np.full(len(rows), -1, dtype=np.int64)
+        return np.full(len(ev) if rows is None else len(rows), -1, dtype=np.int64)
     lanes = process_codes(trace) if across_threads else lane_codes(trace)
     window_start, window_stop = windows["ts"].to_numpy(), windows["end"].to_numpy()
-    ts = ev["ts"].to_numpy()[rows]
-    k = latest_start_on_lane(lanes[windows.index.to_numpy()], window_start, lanes[rows], ts)
+    k = _placed(trace, rows, across_threads).latest_start(lanes[windows.index.to_numpy()], window_start)
+    ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
+    if rows is not None:
+        ts, end = ts[rows], end[rows]
     at = np.clip(k, 0, None)
-    ok = (k >= 0) & (ts >= window_start[at]) & (ev["end"].to_numpy()[rows] <= window_stop[at] + 1e-3)
+    ok = (k >= 0) & (ts >= window_start[at]) & (end <= window_stop[at] + 1e-3)
     return np.where(ok, k, -1)
+
+
+@dataclass(frozen=True)
+class LaneTimes:
+    """Events placed once by lane and start, so that each set of windows costs a binary search per event,
+    not a sort of all the events with the windows (`window_table` asks twice per annotation name)."""
+
+    lanes: np.ndarray  # per event
+    keys: np.ndarray  # per event: lane * span + the rank of its start among `times`; sorts as (lane, start)
+    times: np.ndarray  # the events' distinct starts, sorted
+    span: int  # more than any rank
+
+    @classmethod
+    def of(cls, lane: np.ndarray, ts: np.ndarray) -> LaneTimes:
+        times, rank = np.unique(ts, return_inverse=True)
+        span = len(times) + 1
+        return cls(lane, lane.astype(np.int64) * span + rank.reshape(-1), times, span)
+
+    def latest_start(self, window_lane: np.ndarray, window_start: np.ndarray) -> np.ndarray:
+        """`latest_start_on_lane(window_lane, window_start, lane, ts)` for these events' lanes and starts: a
+        window's key is its lane's and the rank its start would take among the events' (left of equals), so a
+        window sorts at or before each event of its lane that starts with or after it."""
+        if not len(window_lane):
+            return np.full(len(self.keys), -1, np.int64)
+        by_lane = np.lexsort((window_start, window_lane))  # stable: of equal starts, the last in order wins
+        lane = window_lane[by_lane].astype(np.int64)
+        keys = lane * self.span + np.searchsorted(self.times, window_start[by_lane], "left")
+        found = np.searchsorted(keys, self.keys, "right") - 1
+        at = np.clip(found, 0, None)
+        return np.where((found >= 0) & (lane[at] == self.lanes), by_lane[at], -1)
+
+
+def _placed(trace: Trace, rows: np.ndarray | None, across_threads: bool) -> LaneTimes:
+    """The LaneTimes of events `rows` (None: all), kept on the trace for the same array of rows (the aten
+    ops', the launches': asked once per annotation name). All events' are not kept: asked once per
+    analysis, they would hold 12 bytes an event through it."""
+    lanes = process_codes(trace) if across_threads else lane_codes(trace)
+    ts = trace.events["ts"].to_numpy()
+    if rows is None:
+        return LaneTimes.of(lanes, ts)
+    cache, key = trace.derived.lane_times, (id(rows), across_threads)
+    if key not in cache or cache[key][0] is not rows:
+        if len(cache) >= 8:
+            cache.clear()
+        cache[key] = (rows, LaneTimes.of(lanes[rows], ts[rows]))
+    return cache[key][1]
 
 
 def latest_start_on_lane(
