@@ -31,7 +31,7 @@ import struct
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from profiling.columns import Block
 
@@ -87,39 +87,51 @@ class DecodeHelper:
         self._replies: queue.SimpleQueue[bytearray | None] = queue.SimpleQueue()
         self._pending: deque[object] = deque()  # per batch in order: _AT_HELPER, or what `decode` gave here
         self.at_helper = 0
+        self._dead = False  # the helper's death was reported: nothing more will come from it
         self._threads = [
             threading.Thread(target=self._send_all, name="trace-reader-send", daemon=True),
             threading.Thread(target=self._receive_all, name="trace-reader-receive", daemon=True),
         ]
-        for thread in self._threads:
-            thread.start()
+        try:
+            for thread in self._threads:
+                thread.start()
+        except BaseException:  # no thread to be had: the helper is not left running unreaped
+            self.close()
+            raise
 
-    def submit(self, text: bytes, base: int) -> list[Block]:
-        """Take one batch; returns the blocks done so far, in order."""
+    def submit(self, text: bytes, base: int) -> Iterator[Block]:
+        """Take one batch, now; the blocks done so far follow, in order and one at a time.
+
+        One at a time, so that what the caller does with a block (a cap's check) is done before a later
+        batch's outcome, an error perhaps, is taken: the read fails as a read in one process would.
+        """
         if self.at_helper < IN_FLIGHT or not self._replies.empty():
             self._outbox.put(pickle.dumps((text, base), protocol=5))
             self._pending.append(_AT_HELPER)
             self.at_helper += 1
         else:  # the helper is behind: this batch is decoded here, and waits its turn
             self._pending.append(_outcome(self._decode, text, base))
-        done = []
+        return self._ready()
+
+    def _ready(self) -> Iterator[Block]:
         while self._pending and (
             self._pending[0] is not _AT_HELPER or not self._replies.empty() or len(self._pending) > 2 * IN_FLIGHT
         ):
-            done.append(self._take())
-        return done
+            yield self._take()
 
-    def finish(self) -> list[Block]:
-        """The blocks of every batch still pending, in order."""
-        return [self._take() for _ in range(len(self._pending))]
+    def finish(self) -> Iterator[Block]:
+        """The blocks of every batch still pending, in order and one at a time."""
+        while self._pending:
+            yield self._take()
 
     def _take(self) -> Block:
         """The oldest batch's block; raises its error."""
         outcome = self._pending.popleft()
         if outcome is _AT_HELPER:
             self.at_helper -= 1
-            reply = self._replies.get()
+            reply = None if self._dead else self._replies.get()
             if reply is None:
+                self._dead = True
                 raise RuntimeError("the trace reader's decode helper died")
             outcome = pickle.loads(reply)
         if isinstance(outcome, BaseException):
@@ -142,14 +154,24 @@ class DecodeHelper:
             self._replies.put(None)
 
     def close(self) -> None:
-        """Stop the helper (killed: its end of the socket closes, so both threads leave) and reap it."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
-        self._outbox.put(None)
-        for thread in self._threads:
-            thread.join()
-        self._socket.close()
+        """Stop the helper (killed: its end of the socket closes, so both threads leave) and reap it.
+
+        Safe to call twice, and after a failed start: whatever else fails, the threads are joined and the
+        socket is closed.
+        """
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):  # reaped already
+                os.waitpid(self.pid, 0)
+        finally:
+            self._outbox.put(None)
+            try:
+                for thread in self._threads:
+                    if thread.ident is not None:  # started
+                        thread.join()
+            finally:
+                self._socket.close()
 
 
 def _outcome(decode: Decode, text: bytes, base: int) -> Block | Exception:

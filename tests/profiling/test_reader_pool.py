@@ -97,16 +97,17 @@ def test_an_error_is_raised_in_its_batchs_turn(tmp_path):
     helper = DecodeHelper(decode)
     try:
         for index in range(2 * IN_FLIGHT):
-            assert helper.submit(_batch(index), 0) == []
+            assert list(helper.submit(_batch(index), 0)) == []
         assert decode.here and min(decode.here) > 1  # those failed here, first
         (tmp_path / "open").touch()
         with pytest.raises(ValueError, match="^batch 1 is bad$"):
-            helper.finish()
+            list(helper.finish())
     finally:
         helper.close()
 
 
-def test_a_helper_that_dies_is_reported(tmp_path):
+@pytest.mark.timeout(120)
+def test_a_helper_that_dies_is_reported_and_asking_again_does_not_wait(tmp_path):
     def die_in_the_helper(text: bytes, base: int) -> Any:
         if os.getpid() != parent:
             os._exit(3)
@@ -115,21 +116,72 @@ def test_a_helper_that_dies_is_reported(tmp_path):
     parent = os.getpid()
     helper = DecodeHelper(die_in_the_helper)
     try:
-        helper.submit(_batch(0), 0)
+        list(helper.submit(_batch(0), 0))
+        list(helper.submit(_batch(1), 0))
         with pytest.raises(RuntimeError, match="decode helper died"):
-            helper.finish()
+            list(helper.finish())
+        # The second batch was out at the dead helper too: its turn raises again, and does not wait forever.
+        with pytest.raises(RuntimeError, match="decode helper died"):
+            list(helper.finish())
     finally:
         helper.close()
+    helper.close()  # twice is harmless: the helper is reaped once
     assert not _helper_threads()
 
 
-@pytest.mark.parametrize("in_flight", [1, IN_FLIGHT])
-def test_the_helper_process_reads_what_one_process_reads(helper_always, monkeypatch, in_flight):
-    # One batch out at a time makes this process decode many of them; the blocks still merge in order.
-    monkeypatch.setattr(pool, "IN_FLIGHT", in_flight)
-    data = _many_batches()
+def test_a_helper_whose_threads_cannot_start_is_reaped(monkeypatch):
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
     before = _children()
-    _same_read(read_text(data), read_text(data, typed=False))
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        DecodeHelper(decode_batch)
+    assert _children() == before
+
+
+def test_a_cap_on_one_block_is_raised_before_a_later_batchs_error(helper_always):
+    # Blocks are handed over one at a time: the cap that a block breaks is raised before a later batch's
+    # outcome (here, not JSON) is taken, as in a read by one process.
+    events = [{"ph": "X", "name": "x" * 40, "ts": t, "dur": 1, "pid": 1, "tid": 1} for t in range(200_000)]
+    good = json.dumps({"traceEvents": events}).encode()
+    at = good.rfind(b"}, {", 0, len(good) - len(good) // 40)  # bad JSON in the last 2.5% of the events
+    bad = good[:at] + b"@" + good[at:]
+    limits = Limits(events=180_000)  # broken by the block that holds the 90%
+    with pytest.raises(TraceError) as one_process:
+        read_text(bad, limits, typed=False)
+    assert "events" in str(one_process.value) and "JSON" not in str(one_process.value)
+    with pytest.raises(TraceError) as with_helper:
+        read_text(bad, limits)
+    assert str(with_helper.value) == str(one_process.value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("in_flight", [1, IN_FLIGHT])
+def test_the_helper_process_reads_what_one_process_reads(helper_always, monkeypatch, tmp_path, in_flight):
+    # The helper waits until this process has decoded a batch itself (which it does once IN_FLIGHT batches
+    # are out), so both sides decode some, whatever the machine's speed; the blocks still merge in order.
+    monkeypatch.setattr(pool, "IN_FLIGHT", in_flight)
+    gate, parent, here = tmp_path / "open", os.getpid(), []
+
+    def decode_after_one_here(text: bytes, base: int, source: str = "trace", typed: bool = True) -> Any:
+        if os.getpid() == parent:
+            here.append(len(text))
+            gate.touch()
+        else:  # pragma: no cover - in the helper
+            for _ in range(int(2000 * TIMING_SLACK)):
+                if gate.exists():
+                    break
+                time.sleep(0.005)
+        return decode_batch(text, base, source, typed)
+
+    monkeypatch.setattr(reader, "decode_batch", decode_after_one_here)
+    data = _many_batches(4)
+    before = _children()
+    read = read_text(data)
+    assert here  # this process decoded some batches...
+    assert sum(here) < len(data)  # ...and the helper the others
+    _same_read(read, read_text(data, typed=False))
     assert _children() == before  # the helper was reaped
     assert not _helper_threads()  # and the threads that fed it are gone
 
