@@ -32,12 +32,25 @@ CALIBRATION = Calibration(
     matmul_tflops={"float32": Rate.exact(0.05), "bfloat16": Rate.exact(0.1), "float16": Rate.exact(0.001)},
     copy_gbps=Rate.exact(10.0),
 )
-(_SCRATCH / "calibration.json").write_text(CALIBRATION.to_json(), encoding="utf-8")
-os.environ[calibration.ENV] = str(_SCRATCH / "calibration.json")
+
+
+def _write_calibration() -> None:
+    _SCRATCH.mkdir(exist_ok=True)
+    (_SCRATCH / "calibration.json").write_text(CALIBRATION.to_json(), encoding="utf-8")
+    os.environ[calibration.ENV] = str(_SCRATCH / "calibration.json")
+
+
+_write_calibration()
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 GPU_TRACES = ("a100_simple_add", "sampled_training_rank0", "triton_driver_launch", "cupti_counters_no_kernels")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A second session in this process (mutmut runs pytest.main again) finds this module imported and the
+    # scratch removed by the first session's end: the calibration file its runs' workers read is written again.
+    _write_calibration()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
