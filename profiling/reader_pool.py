@@ -87,7 +87,6 @@ class DecodeHelper:
         self._replies: queue.SimpleQueue[bytearray | None] = queue.SimpleQueue()
         self._pending: deque[object] = deque()  # per batch in order: _AT_HELPER, or what `decode` gave here
         self.at_helper = 0
-        self._dead = False  # the helper's death was reported: nothing more will come from it
         self._threads = [
             threading.Thread(target=self._send_all, name="trace-reader-send", daemon=True),
             threading.Thread(target=self._receive_all, name="trace-reader-receive", daemon=True),
@@ -129,9 +128,9 @@ class DecodeHelper:
         outcome = self._pending.popleft()
         if outcome is _AT_HELPER:
             self.at_helper -= 1
-            reply = None if self._dead else self._replies.get()
-            if reply is None:
-                self._dead = True
+            reply = self._replies.get()
+            if reply is None:  # the helper is gone; put back for the batches still out at it
+                self._replies.put(None)
                 raise RuntimeError("the trace reader's decode helper died")
             outcome = pickle.loads(reply)
         if isinstance(outcome, BaseException):

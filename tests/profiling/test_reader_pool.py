@@ -50,6 +50,14 @@ def _batch(index: int) -> bytes:
     return json.dumps([{"ph": "X", "name": f"b{index}", "ts": t, "dur": 1} for t in range(index + 1)]).encode()
 
 
+def _wait_for(gate: Path) -> None:  # pragma: no cover - in the helper
+    """Until the file `gate` exists, or 10 s (times the slack) pass: a test that never opens it fails, not hangs."""
+    for _ in range(int(2000 * TIMING_SLACK)):
+        if gate.exists():
+            return
+        time.sleep(0.005)
+
+
 class Gated:
     """A decode that, in the helper, waits until the file `gate` exists, and raises for the batches `failing`;
     the batches it decodes in this process are recorded in `here`."""
@@ -61,9 +69,8 @@ class Gated:
         index = len(json.loads(text)) - 1
         if os.getpid() == self.parent:
             self.here.append(index)
-        else:
-            while not self.gate.exists():  # pragma: no cover - in the helper
-                time.sleep(0.005)
+        else:  # pragma: no cover - in the helper
+            _wait_for(self.gate)
         if index in self.failing:
             raise ValueError(f"batch {index} is bad")
         return decode_batch(text, base)
@@ -169,10 +176,7 @@ def test_the_helper_process_reads_what_one_process_reads(helper_always, monkeypa
             here.append(len(text))
             gate.touch()
         else:  # pragma: no cover - in the helper
-            for _ in range(int(2000 * TIMING_SLACK)):
-                if gate.exists():
-                    break
-                time.sleep(0.005)
+            _wait_for(gate)
         return decode_batch(text, base, source, typed)
 
     monkeypatch.setattr(reader, "decode_batch", decode_after_one_here)
