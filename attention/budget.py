@@ -4,8 +4,9 @@ A run's preflight and `/analyze`'s admission once kept separate books (60% of th
 75% of the machine for analyses), so a run and an analysis could together claim more than there is. Now
 each holds its estimated peak in `machine_budget()` for as long as it works: a job that could never fit
 is refused at once, one that does not fit now waits (first come, first served) or is refused, with the
-numbers. It lives here, below `profiling`, because the run's preflight (`attention.support`) reads it too;
-it imports nothing heavy.
+numbers. A job that learns it needs more once it has started (an analysis, after reading its trace) grows
+its share, ahead of the jobs not yet admitted. It lives here, below `profiling`, because the run's
+preflight (`attention.support`) reads it too; it imports nothing heavy.
 
 The budget is of host memory: a CUDA run's tensors are on the GPU and are checked against its free
 memory alone.
@@ -73,7 +74,9 @@ class MemoryBudget:
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
         self._held: collections.Counter[str] = collections.Counter()
-        self._queue: collections.deque[object] = collections.deque()
+        self._queue: collections.deque[object] = collections.deque()  # jobs waiting to be admitted
+        self._growing: collections.deque[object] = collections.deque()  # admitted jobs waiting to grow
+        self._holders = 0  # jobs admitted and not yet done
         self._changed = threading.Condition()
 
     @property
@@ -99,27 +102,33 @@ class MemoryBudget:
         wait_s: float,
         cancelled: Callable[[], bool] | None = None,
         error: ErrorFactory = BudgetError,
-    ) -> Iterator[None]:
+    ) -> Iterator[Share]:
         """Hold `need_bytes` for the `with` block, waiting up to `wait_s` for room; `kind` is run or analysis.
+        The block gets the `Share` held, which it may grow (`Share.grow_to`) once it knows more.
 
         Raises `error(field, detail)` when the job can never fit, when the wait runs out (at once
         for `wait_s=0`), or when `cancelled()` turns true while it waits.
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        if need_bytes > self.budget_bytes:
-            raise error(
-                field,
-                f"this {kind} needs about {size(need_bytes)} of memory; this server allows "
-                f"{size(self.budget_bytes)} for runs and analyses together",
-            )
+        self._never_fits(need_bytes, field, kind, error)
         self._acquire(need_bytes, field, kind, wait_s, cancelled, error)
+        share = Share(self, kind, need_bytes, field, error)
         try:
-            yield
+            yield share
         finally:
             with self._changed:
-                self._held[kind] -= need_bytes
+                self._held[kind] -= share.bytes
+                self._holders -= 1
                 self._changed.notify_all()
+
+    def _never_fits(self, need: int, field: str, kind: str, error: ErrorFactory) -> None:
+        if need > self.budget_bytes:
+            raise error(
+                field,
+                f"this {kind} needs about {size(need)} of memory; this server allows "
+                f"{size(self.budget_bytes)} for runs and analyses together",
+            )
 
     def _acquire(
         self,
@@ -134,22 +143,77 @@ class MemoryBudget:
         with self._changed:
             self._queue.append(ticket)
             try:
-                while not (self._queue[0] is ticket and self.in_use_bytes + need <= self.budget_bytes):
-                    if cancelled is not None and cancelled():
-                        raise error(field, "cancelled while waiting for memory")
-                    left = give_up - time.monotonic()
-                    if left <= 0:
-                        waited = f"waited {wait_s:g} s, try" if wait_s > 0 else "try"
-                        raise error(
-                            field,
-                            f"the server is busy: {self.holders()} and this {kind} needs {size(need)}; "
-                            f"{waited} again in a few minutes",
-                        )
-                    self._changed.wait(min(left, 0.1))  # wakes to look at cancelled() too
+                # A share that grows goes first: it holds memory already, and a newcomer waiting on it
+                # would wait for a release that waits on the newcomer.
+                while not (
+                    self._queue[0] is ticket and not self._growing and self.in_use_bytes + need <= self.budget_bytes
+                ):
+                    self._wait(give_up, wait_s, need, field, kind, cancelled, error)
                 self._held[kind] += need
+                self._holders += 1
             finally:
                 self._queue.remove(ticket)
                 self._changed.notify_all()  # the next in line may fit now
+
+    def _grow(self, share: Share, extra: int, wait_s: float, cancelled: Callable[[], bool] | None) -> None:
+        """Add `extra` bytes to `share`, before any newcomer; refused where only other growing shares could
+        make room (each waits on the others: one of them must give up)."""
+        ticket, give_up = object(), time.monotonic() + wait_s
+        with self._changed:
+            self._growing.append(ticket)
+            try:
+                while not (self._growing[0] is ticket and self.in_use_bytes + extra <= self.budget_bytes):
+                    if len(self._growing) == self._holders:  # no holder left that will ever release without growing
+                        raise share.error(
+                            share.field,
+                            f"the server is busy: {self.holders()} and this {share.kind} needs {size(extra)} more, "
+                            "while every other holder waits to grow too; try again in a few minutes",
+                        )
+                    self._wait(give_up, wait_s, extra, share.field, share.kind, cancelled, share.error)
+                self._held[share.kind] += extra
+                share.bytes += extra
+            finally:
+                self._growing.remove(ticket)
+                self._changed.notify_all()
+
+    def _wait(
+        self,
+        give_up: float,
+        wait_s: float,
+        need: int,
+        field: str,
+        kind: str,
+        cancelled: Callable[[], bool] | None,
+        error: ErrorFactory,
+    ) -> None:
+        """Wait a moment for a change (the lock held); raise where cancelled or past `give_up`."""
+        if cancelled is not None and cancelled():
+            raise error(field, "cancelled while waiting for memory")
+        left = give_up - time.monotonic()
+        if left <= 0:
+            waited = f"waited {wait_s:g} s, try" if wait_s > 0 else "try"
+            raise error(
+                field,
+                f"the server is busy: {self.holders()} and this {kind} needs {size(need)}; "
+                f"{waited} again in a few minutes",
+            )
+        self._changed.wait(min(left, 0.1))  # wakes to look at cancelled() too
+
+
+class Share:
+    """The bytes one admitted job holds of a `MemoryBudget`, given back when its `admit` block ends."""
+
+    def __init__(self, budget: MemoryBudget, kind: str, held: int, field: str, error: ErrorFactory) -> None:
+        self.budget, self.kind, self.bytes, self.field, self.error = budget, kind, held, field, error
+
+    def grow_to(self, total_bytes: int, wait_s: float, cancelled: Callable[[], bool] | None = None) -> None:
+        """Hold `total_bytes` in all (never less than now): the job learnt it needs more. Waits up to `wait_s`
+        for room, ahead of jobs not yet admitted; raises the admission's error where it can never fit, the
+        wait runs out, it is cancelled, or every other holder waits to grow too."""
+        if total_bytes <= self.bytes:
+            return
+        self.budget._never_fits(total_bytes, self.field, self.kind, self.error)
+        self.budget._grow(self, total_bytes - self.bytes, wait_s, cancelled)
 
 
 @functools.cache

@@ -4,47 +4,63 @@ An analysis's peak grows with its trace's inflated JSON and its events, so each 
 `analysis_peak_bytes` of them before it reads a byte, against the one machine budget
 (`attention.budget.machine_budget`) that every analysis and every CPU run of the process draws from. One
 that does not fit waits (first come, first served) for others to finish; one that could never fit
-is refused at once, with the numbers.
+is refused at once, with the numbers. Once its trace is read, the analysis process asks for what the
+analysis of those events needs (`settle_read`, called by `load_trace`), and its share grows to that.
 
     cost = analysis_cost(path)  # inflates once to count the JSON: ~0.3 s per 100 MiB
-    with analysis_gate().admit(cost.peak_bytes, what=cost.describe()):
-        trace = load_trace(path, **cost.reader_limits())
+    with analysis_gate().admit(cost.peak_bytes, what=cost.describe()) as share:
+        top_up = TopUp(share, {path: cost.peak_bytes})
+        worker.call(charged_reads, work, path, cost.reader_limits(), answer=top_up)  # work: load_trace ...
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from attention.budget import MemoryBudget, MiB, machine_budget
+import numpy as np
+import pandas as pd
+
+from attention.budget import MemoryBudget, MiB, Share, machine_budget
 from attention.budget import size as _gib
+from profiling.columns import NUMERIC_ARGS, OBJECT_ARGS
 from profiling.reader import MAX_SKELETON_BYTES, Limits, TraceError, inflated, raw_chunks
 
-# Peak RSS growth of an analysis (`analyze_file`, then the tables rounded and the timeline and steps
-# charts drawn, as `/analyze` does) per byte of inflated JSON, and its fixed part. Measured with the
-# typed reader in a fresh process (tests/profiling/test_admission.py's PEAK_CHILD: VmHWM after
-# /proc/self/clear_refs) on its `scaled_trace` of tests/data/sampled_training_rank0 (a real CUDA training
-# trace, ~360 bytes an event; 2026-12-05, 2 cores), since empty args columns cost nothing (issue 21):
-#     inflated   20.2 MiB    84.6 MiB    257.8 MiB   1,038 MiB (bench/parse_scale.py's replica, 665x)
-#     growth     +52 MiB     +133 MiB    +358 MiB    +1,464 MiB before drawing, +1,505 with it
-# (1.30 per byte from 85 to 258 MiB; 1.75 before). The read's decode helper (profiling/reader_pool.py,
-# forked past 16 MiB of JSON) holds another ~46 MiB of private memory at most: in the fixed part.
+ARG_COLUMNS = (*NUMERIC_ARGS.values(), *OBJECT_ARGS.values())
+
+# An analysis is charged twice (issue 21), each time its peak RSS growth (`analyze_file`, then the tables
+# rounded and the timeline and steps charts drawn, as `/analyze` does; the decode helper's ~46 MiB of private
+# memory, profiling/reader_pool.py, is in the fixed part). Figures: tests/profiling/test_admission.py's
+# PEAK_CHILD, a fresh process, VmHWM after /proc/self/clear_refs, 2026-12-06, 2 cores.
+#
+# 1. Before the read, from the JSON counted byte by byte (`analysis_cost`): enough for the read and its
+#    events frame, whatever the events fill. Per byte, for big events (a real training trace, ~360 bytes an
+#    event: 78 MiB read of 81 MiB of JSON, 1,505 MiB analysed of 1,038 MiB), and per object for small ones
+#    (93-byte kernel events that fill every args column: 295 MiB read of 721,602, 409 bytes each; as every
+#    event costs the analysis at least PEAK_PER_ROW, that is charged per object from the start). The
+#    events are counted from above without parsing: every object that is an element of an array opens right
+#    after `[` or `,` (JSON allows only blanks between), which no escape can hide, while an `args` object
+#    opens after `:` and is not counted. Real traces hold ~1 such `{` per event.
+# 2. Once read, from its events (`analysis_need_bytes`), the share grows to what their analysis needs:
+#    per event, and per value of each args column some event fills, in the events frame and in each frame of
+#    the categories that fill it (kernels, GPU activity: up to 3 more). Measured (bytes an event, growth
+#    over the events, 64 MiB of small events): 504 for kernels, 437 for ops, 1,271 for kernels that fill
+#    every args column (26), 1,060 for annotations that do; a real training trace, 479 from 81 to 1,038 MiB.
+#    Before, one charge had to hold both the worst case's 1,271 bytes an event and real traces' 2.7x less.
 PEAK_PER_INFLATED_BYTE = 1.6
-# Per event the analysis holds ~0.5 kB at its peak whatever the event's size, so a trace of small events
-# costs more per byte: 5.6x its JSON for 93-byte kernel events, 6.2x for 82-byte ones without args,
-# 5.2x for 85-byte ops (the same child, 16 MiB of each; 521, 508 and 443 bytes an event, 2026-12-05; 1140,
-# 1120 and 884 before empty args columns cost nothing). The events are
-# counted from above without parsing: every object that is an element of an array opens right after
-# `[` or `,` (JSON allows only blanks between), which no escape can hide, while an `args` object
-# opens after `:` and is not counted. Real traces hold ~1 such `{` per event (they held 2.3 `{` of
-# any kind, which the previous charge counted, charging them 2-4x what they use).
-PEAK_PER_OBJECT = 1250  # covers a trace whose args columns are all filled (one event with every key suffices)
+PEAK_PER_ROW = 500
+PEAK_PER_OBJECT = PEAK_PER_ROW  # an object is at most one event: the second charge's floor, known before the read
 PEAK_BASE_BYTES = 80 * MiB
+FRAME_COPIES = 3
+BYTES_PER_VALUE = 8
 WAIT_ENV = "ATTENTION_PROFILER_ADMISSION_WAIT"  # seconds an analysis may wait for memory, then it is refused
 DEFAULT_WAIT_S = 300
 
@@ -63,9 +79,39 @@ def admission_wait_s() -> float:
     return int(value)
 
 
+def analysis_need_bytes(events: pd.DataFrame) -> int:
+    """The peak memory growth the analysis of these events (a read trace's frame) is charged: per row, and per
+    row again for each args column some row fills, in every frame of the categories that fill it.
+
+    The reader leaves an args column that no event fills as a repeat that costs nothing, and the analysis's
+    frames of kernels, GPU activity, annotations... (`trace.rows_of`) drop a column that none of their rows
+    fills. So a filled column costs its 8 bytes a row in the events frame, and again in each frame of the
+    categories whose rows fill it: a kernel's `grid` is copied into the kernel frames, an op's `Input Dims`
+    into none of them."""
+    rows = len(events)
+    categories, counts = _category_counts(events["cat"])
+    filled = 0
+    for column in ARG_COLUMNS:
+        values = events[column].to_numpy()
+        if values.strides == (0,):  # empty: a repeat of its missing value (`Columns.arrays`)
+            continue
+        present = pd.notna(values)
+        if not present.any():
+            continue
+        with_it = np.bincount(categories[present], minlength=len(counts)) > 0
+        filled += rows + FRAME_COPIES * int(counts[with_it].sum())
+    return PEAK_BASE_BYTES + rows * PEAK_PER_ROW + filled * BYTES_PER_VALUE
+
+
+def _category_counts(cat: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's category as a code (missing: its own code), and the rows of each code."""
+    codes, uniques = pd.factorize(cat.to_numpy(), use_na_sentinel=False)
+    return codes, np.bincount(codes, minlength=len(uniques))
+
+
 def analysis_peak_bytes(inflated_bytes: int, objects: int = 0) -> int:
     """The peak memory growth an analysis of this much JSON, holding at most `objects` JSON objects, is
-    charged (see PEAK_PER_INFLATED_BYTE and PEAK_PER_OBJECT)."""
+    charged before its read (see PEAK_PER_INFLATED_BYTE and PEAK_PER_OBJECT); `TopUp` grows it after."""
     return PEAK_BASE_BYTES + int(max(PEAK_PER_INFLATED_BYTE * inflated_bytes, PEAK_PER_OBJECT * objects))
 
 
@@ -154,9 +200,10 @@ class AnalysisGate:
         what: str = "it",
         wait_s: float | None = None,
         cancelled: Callable[[], bool] | None = None,
-    ) -> contextlib.AbstractContextManager[None]:
-        """Hold `need_bytes` of the budget for the `with` block; wait up to `wait_s` (default
-        `admission_wait_s()`) for room, while runs and other analyses hold it.
+    ) -> contextlib.AbstractContextManager[Share]:
+        """Hold `need_bytes` of the budget for the `with` block, which gets the `Share` (grown by `TopUp` once
+        the trace is read); wait up to `wait_s` (default `admission_wait_s()`) for room, while runs and other
+        analyses hold it.
 
         Raises AdmissionError, its message starting with `field`, when the job can never fit, when
         the wait runs out, or when `cancelled()` turns true while it waits.
@@ -176,6 +223,56 @@ class AnalysisGate:
             cancelled=cancelled,
             error=lambda name, detail: AdmissionError(f"{name}: {detail}"),
         )
+
+
+# In the analysis process, while `charged_reads` runs: how to ask the server for the memory a read trace needs.
+_ask: contextvars.ContextVar[Callable[[Any], Any] | None] = contextvars.ContextVar("ask", default=None)
+
+
+def charged_reads(work: Callable[..., Any], /, *args: Any, ask: Callable[[Any], Any], **kwargs: Any) -> Any:
+    """`work(*args, **kwargs)` (in the analysis process), where each trace that `load_trace` reads asks the
+    server, through `ask`, to grow its admitted share to what the analysis of those events needs."""
+    token = _ask.set(ask)
+    try:
+        return work(*args, **kwargs)
+    finally:
+        _ask.reset(token)
+
+
+def settle_read(events: pd.DataFrame, path: str | Path) -> None:
+    """Called by `load_trace` once a trace is read: inside `charged_reads`, ask for what its analysis needs
+    (`analysis_need_bytes`) before the analysis starts; elsewhere nothing (the CLI admits nothing)."""
+    ask = _ask.get()
+    if ask is not None:
+        ask((str(Path(path)), analysis_need_bytes(events)))
+
+
+class TopUp:
+    """The server's answer to `settle_read`: grow the share admitted for these traces (path -> what each was
+    charged before its read) to what their reads say they need, each at least its first charge. It waits for
+    room as admission does (`admission_wait_s`), but not past the time limit, `time_left_s` from now."""
+
+    def __init__(
+        self,
+        share: Share,
+        charged: dict[str, int],
+        cancelled: Callable[[], bool] | None = None,
+        time_left_s: float | None = None,
+    ) -> None:
+        self.share, self.cancelled = share, cancelled
+        self.deadline = None if time_left_s is None else time.monotonic() + time_left_s
+        self.charged = {str(Path(path)): need for path, need in charged.items()}
+        self.needs: dict[str, int] = {}
+
+    def __call__(self, question: tuple[str, int]) -> int:
+        path, need = question
+        self.needs[path] = max(self.needs.get(path, 0), int(need))
+        total = sum(max(self.charged.get(p, 0), self.needs.get(p, 0)) for p in self.charged.keys() | self.needs.keys())
+        wait_s = admission_wait_s()
+        if self.deadline is not None:
+            wait_s = max(0.0, min(wait_s, self.deadline - time.monotonic()))
+        self.share.grow_to(total, wait_s, self.cancelled)
+        return self.share.bytes
 
 
 @functools.cache

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from profiling.admission import settle_read
 from profiling.column_store import MISSING_VALUE
 from profiling.reader import (
     COLUMNS,
@@ -313,10 +314,13 @@ def rows_where(frame: pd.DataFrame, mask: np.ndarray | pd.Series) -> pd.DataFram
 def load_trace(path: str | Path, progress: Progress | None = None, **limits: int) -> Trace:
     """Read a `.json` or `.json.gz` Chrome trace from disk; `limits` override fields of `reader.Limits`.
 
-    `progress(fraction, message)` hears the bytes read out of the file's size as it streams.
+    `progress(fraction, message)` hears the bytes read out of the file's size as it streams. In the server's
+    analysis process the read then asks for the memory its analysis needs (`admission.settle_read`).
     """
     path = Path(path)
-    return _trace(read_path(path, Limits(**limits), progress), source=path.name)
+    trace = _trace(read_path(path, Limits(**limits), progress), source=path.name)
+    settle_read(trace.events, path)
+    return trace
 
 
 def parse_trace(data: bytes, source: str = "trace", **limits: int) -> Trace:

@@ -17,6 +17,7 @@ before either starts, then run in one killable process.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiling.admission import AdmissionError, AnalysisCost, AnalysisGate, analysis_cost, analysis_gate
+from profiling.admission import (
+    AdmissionError,
+    AnalysisCost,
+    AnalysisGate,
+    TopUp,
+    analysis_cost,
+    analysis_gate,
+    charged_reads,
+)
 from profiling.diff import MAX_NAMES, MAX_P, MIN_CHANGE
 from profiling.reader import Progress, TraceError
 from profiling.stats import MAX_SAMPLES, MIN_SAMPLES, mann_whitney_p
@@ -314,9 +323,12 @@ def _side_of_file(field: str, path: str, progress: Progress, limits: dict[str, i
         raise _renamed(field, exc) from None
 
 
+_UNNAMED = re.compile(r"^(?:trace|before|after): ")  # the field a message names: the reader's, or the diff's share's
+
+
 def _renamed(field: str, exc: TraceError) -> TraceError:
     """The reader's error about one of the two traces, its message naming `field` instead of "trace"."""
-    message = f"{field}: {str(exc).removeprefix('trace: ')}"
+    message = f"{field}: {_UNNAMED.sub('', str(exc), count=1)}"
     try:
         return type(exc)(message)  # its own kind kept where it takes a message alone
     except TypeError:
@@ -376,13 +388,22 @@ def diff_uploads(
     own = worker or AnalysisWorker()
     try:
         what = f"{cost_a.describe()} and {cost_b.describe()}"
-        with gate.admit(need, field="before", what=what, cancelled=cancelled):
+        with gate.admit(need, field="before", what=what, cancelled=cancelled) as share:
             left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - started))
             limits = (cost_a.reader_limits(), cost_b.reader_limits())
             # In-process (worker off), the limit and `cancelled` are checked at each progress report.
             report = progress or (lambda fraction, message: None)
+            charged = {str(before): cost_a.peak_bytes, str(after): cost_b.peak_bytes}
             return own.call(
-                diff_files, str(before), str(after), limits, time_limit_s=left, progress=report, cancelled=cancelled
+                charged_reads,
+                diff_files,
+                str(before),
+                str(after),
+                limits,
+                time_limit_s=left,
+                progress=report,
+                cancelled=cancelled,
+                answer=TopUp(share, charged, cancelled, time_left_s=left),
             )
     except Cancelled:
         raise AnalysisStopped("before: the diff was stopped because its caller left") from None

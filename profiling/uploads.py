@@ -8,7 +8,8 @@ when the caller leaves, it is killed, and it gives all its memory back to the OS
 It sends back only what the page shows: the summary, tables cut to `MAX_TABLE_ROWS` rows, and the
 charts as plotly JSON (the timeline is at most `charts.MAX_BARS` bars in `lanes.MAX_LANES` lanes and
 one "others" lane). The memory it may use is admitted first, in this process, against the one budget
-every analysis shares.
+every analysis shares: a charge from the JSON's bytes and objects before the read, grown once the trace is
+read to what its events need (`admission.analysis_need_bytes`), asked for by the analysis process.
 
 With the worker off (`ATTENTION_PROFILER_WORKER=0`, the default on ZeroGPU) the analysis runs here,
 and the limit and `cancelled` are checked at each chunk read and each stage.
@@ -25,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from profiling.admission import analysis_cost, analysis_gate
+from profiling.admission import TopUp, analysis_cost, analysis_gate, charged_reads
 from profiling.reader import Progress, TraceError
 from profiling.worker import Cancelled, Worker, death_cause
 
@@ -145,9 +146,10 @@ def analyze_upload(
     check(0.02, f"waiting for memory for {cost.describe()}")
     own = worker or AnalysisWorker()
     try:
-        with analysis_gate().admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled):
+        with analysis_gate().admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled) as share:
             left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - started))
             return own.call(
+                charged_reads,
                 work,
                 str(path),
                 cost.reader_limits(),
@@ -155,6 +157,7 @@ def analyze_upload(
                 time_limit_s=left,
                 progress=check if not own.enabled else progress,
                 cancelled=cancelled,
+                answer=TopUp(share, {str(path): cost.peak_bytes}, cancelled, time_left_s=left),
             )
     except Cancelled:
         raise AnalysisStopped("trace: the analysis was stopped because its caller left") from None

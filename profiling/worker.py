@@ -40,7 +40,7 @@ from typing import Any
 
 from profiling.runner import Progress, RunError
 from profiling.worker_child import first_call as first_call  # public names stay importable from here
-from profiling.worker_child import rebuilt, serve, unpickled
+from profiling.worker_child import pickled_exception, rebuilt, serve, unpickled
 from profiling.worker_process import (
     Clock,
     death_error,
@@ -150,9 +150,12 @@ class Worker:
         progress: Progress | None = None,
         cancelled: Callable[[], bool] | None = None,
         private: Hashable | None = None,
+        answer: Callable[[Any], Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        """`fn(*args, **kwargs)` in the worker; `fn` also gets `progress=` when `progress` is given.
+        """`fn(*args, **kwargs)` in the worker; `fn` also gets `progress=` when `progress` is given, and
+        `ask=` when `answer` is: `ask(question)` returns `answer(question)`, run in this process (where the
+        shared state is, such as the memory budget), or raises what it raised.
 
         `fn` must be a module-level function importable by its module's name (not one defined in the
         script run as `__main__`), and its arguments and result picklable. Past
@@ -163,9 +166,16 @@ class Worker:
         process: one who did makes the call start a fresh process.
         """
         if not self.enabled:
-            return self._here(fn, args, kwargs, time_limit_s, progress, cancelled)
+            return self._here(fn, args, kwargs | _asking(answer), time_limit_s, progress, cancelled)
         job = self.iterate(
-            fn, *args, time_limit_s=time_limit_s, progress=progress, heartbeat_s=POLL_S, private=private, **kwargs
+            fn,
+            *args,
+            time_limit_s=time_limit_s,
+            progress=progress,
+            heartbeat_s=POLL_S,
+            private=private,
+            answer=answer,
+            **kwargs,
         )
         try:
             while True:
@@ -187,6 +197,7 @@ class Worker:
         tick: Any = None,
         heartbeat_s: float = HEARTBEAT_S,
         private: Hashable | None = None,
+        answer: Callable[[Any], Any] | None = None,
         **kwargs: Any,
     ) -> Generator[Any, None, Any]:
         """Like `call`, as a generator: it yields `tick` at least every `heartbeat_s` while `fn` runs
@@ -194,14 +205,15 @@ class Worker:
         in a Gradio generator handler stops the run when the client leaves. Progress goes to `progress`.
         """
         if not self.enabled:
-            return self._here(fn, args, kwargs, time_limit_s, progress, None)
+            return self._here(fn, args, kwargs | _asking(answer), time_limit_s, progress, None)
         with self._lock:
             self._keep_private(private)
             conn = self._ready()
-            conn.send_bytes(pickle.dumps((fn, args, kwargs, progress is not None, self.stderr_path)))
+            request = (fn, args, kwargs, progress is not None, answer is not None, self.stderr_path)
+            conn.send_bytes(pickle.dumps(request))
             finished = False
             try:
-                kind, *body = yield from self._await(conn, Clock(time_limit_s), progress, tick, heartbeat_s)
+                kind, *body = yield from self._await(conn, Clock(time_limit_s), progress, tick, heartbeat_s, answer)
                 finished = True  # the child answered and waits for the next call
             finally:
                 if not finished:  # time limit, cancellation, a dead child, or the caller's own exception
@@ -213,10 +225,16 @@ class Worker:
         return body[0]
 
     def _await(
-        self, conn: Connection, clock: Clock, progress: Progress | None, tick: Any, heartbeat_s: float
+        self,
+        conn: Connection,
+        clock: Clock,
+        progress: Progress | None,
+        tick: Any,
+        heartbeat_s: float,
+        answer: Callable[[Any], Any] | None = None,
     ) -> Generator[Any, None, tuple[Any, ...]]:
-        """Forward the child's progress until its outcome ("done" or "raised") arrives, and return that;
-        tick while waiting; enforce the clock."""
+        """Forward the child's progress and answer its questions until its outcome ("done" or "raised")
+        arrives, and return that; tick while waiting; enforce the clock."""
         stage = "its first stage"
         next_tick = time.monotonic() + heartbeat_s
         while True:
@@ -224,11 +242,14 @@ class Worker:
             ready = multiprocessing.connection.wait([conn, self._process.sentinel], timeout)
             if ready:
                 kind, *body = self._receive(conn if conn in ready else None, stage)
-                if kind != "progress":
+                if kind == "ask":
+                    conn.send_bytes(_answered(answer, body[0]))
+                elif kind != "progress":
                     return (kind, *body)
-                stage = body[1]
-                if progress is not None:
-                    progress(*body)
+                else:
+                    stage = body[1]
+                    if progress is not None:
+                        progress(*body)
             if clock.remaining_s() <= 0:
                 raise self.limit_error(clock.limit_s or 0.0, stage)
             if time.monotonic() >= next_tick:
@@ -356,6 +377,21 @@ def until_closed(
 
 
 _workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+def _asking(answer: Callable[[Any], Any] | None) -> dict[str, Any]:
+    """The `ask=` keyword a call in this process gets: the answer itself."""
+    return {} if answer is None else {"ask": answer}
+
+
+def _answered(answer: Callable[[Any], Any] | None, question: Any) -> bytes:
+    """The child's question answered, pickled: ("answer", value), or the exception raised answering it."""
+    try:
+        if answer is None:
+            raise RunError("the worker asked a question, but this call takes none")
+        return pickle.dumps(("answer", answer(question)))
+    except Exception as exc:  # the asker raises it, where it asked
+        return pickled_exception(exc)
 
 
 @functools.cache

@@ -1,9 +1,10 @@
 """The worker process's side of `profiling.worker`: its request loop, and the messages both sides exchange.
 
-A request is a pickled `(fn, args, kwargs, wants_progress, stderr_path)`. The child answers with any
-number of `("progress", fraction, message)` and then one outcome: `("done", value)` or
-`("raised", type, args, attributes)`. Everything here is importable by module name, so the forkserver
-preloads it and a child starts with it loaded.
+A request is a pickled `(fn, args, kwargs, wants_progress, wants_ask, stderr_path)`. The child answers with any
+number of `("progress", fraction, message)` and `("ask", question)` and then one outcome: `("done", value)` or
+`("raised", type, args, attributes)`. The parent answers each question with `("answer", value)` or a
+`("raised", ...)` that the child raises where it asked (a call that asks for more memory, say). Everything
+here is importable by module name, so the forkserver preloads it and a child starts with it loaded.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -71,12 +72,13 @@ def serve(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the server's terminal is the parent's to handle
     signal.signal(signal.SIGTERM, _exit_on_term)
     lock = threading.Lock()  # fn may report progress from its own threads
+    asking = threading.Lock()  # one question at a time, so each answer reaches its own asker
     while True:
         try:
             request = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the parent closed the pipe or died: nothing more will come
-        answer = _answer(request, functools.partial(_report, conn, lock))
+        answer = _answer(request, functools.partial(_report, conn, lock), functools.partial(_ask, conn, lock, asking))
         with lock:
             conn.send_bytes(answer)
 
@@ -90,12 +92,28 @@ def _report(conn: Connection, lock: threading.Lock, fraction: float, message: st
         conn.send_bytes(pickle.dumps(("progress", float(fraction), str(message))))
 
 
-def _answer(request: bytes, report: Progress) -> bytes:
+def _ask(conn: Connection, lock: threading.Lock, asking: threading.Lock, question: Any) -> Any:
+    """The parent's answer to `question`; its exception is raised here."""
+    with asking:
+        with lock:
+            conn.send_bytes(pickle.dumps(("ask", question)))
+        try:
+            kind, *body = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            raise SystemExit(1) from None  # the parent is gone: nobody waits for this call any more
+    if kind == "raised":
+        raise rebuilt(*body)
+    return body[0]
+
+
+def _answer(request: bytes, report: Progress, ask: Callable[[Any], Any]) -> bytes:
     """Run one pickled request; its value, or its exception's type, args and attributes, pickled."""
     try:
-        fn, args, kwargs, wants_progress, stderr_path = pickle.loads(request)
+        fn, args, kwargs, wants_progress, wants_ask, stderr_path = pickle.loads(request)
         if wants_progress:
             kwargs = {**kwargs, "progress": report}
+        if wants_ask:
+            kwargs = {**kwargs, "ask": ask}
         with redirected_stderr(stderr_path):
             value = fn(*args, **kwargs)
         return pickle.dumps(("done", value))

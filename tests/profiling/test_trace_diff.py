@@ -18,8 +18,8 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from profiling import trace_diff
-from profiling.admission import AdmissionError, AnalysisGate, analysis_cost
-from profiling.trace import TraceError
+from profiling.admission import AdmissionError, AnalysisGate, analysis_cost, analysis_need_bytes
+from profiling.trace import TraceError, load_trace
 from profiling.trace_diff import Side, diff_files, diff_sides, diff_text, diff_uploads, name_rows
 from profiling.worker import Worker
 
@@ -252,8 +252,10 @@ def test_uploads_refused_together_before_either_starts(monkeypatch: pytest.Monke
 
 
 def test_uploads_admitted_together_give_the_files_diff(cpu_diff: dict[str, Any]) -> None:
-    cost = analysis_cost(CPU_BEFORE).peak_bytes + analysis_cost(CPU_AFTER).peak_bytes
-    gate = AnalysisGate(cost)
+    # Each trace's charge before its read, grown to what its events need once read: no more fits.
+    traces = (CPU_BEFORE, CPU_AFTER)
+    needs = [max(analysis_cost(p).peak_bytes, analysis_need_bytes(load_trace(p).events)) for p in traces]
+    gate = AnalysisGate(sum(needs))
     diff = diff_uploads(CPU_BEFORE, CPU_AFTER, time_limit_s=120, gate=gate, worker=Worker(enabled=False))
     assert diff["ops"] == cpu_diff["ops"] and diff["counts"] == cpu_diff["counts"]
     assert gate.in_use_bytes == 0  # given back

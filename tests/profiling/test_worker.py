@@ -22,7 +22,15 @@ import pytest
 from attention import AttentionSpec, SpecError
 from profiling.runner import RunError, measure
 from profiling.trace import TraceError, load_trace
-from profiling.worker import TERM_GRACE_S, Cancelled, Worker, first_call, until_closed, worker_enabled
+from profiling.worker import (
+    TERM_GRACE_S,
+    Cancelled,
+    Worker,
+    default_worker,
+    first_call,
+    until_closed,
+    worker_enabled,
+)
 from tests.timing_slack import slack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +115,19 @@ def raise_local_error() -> None:
 
 def seen(key: str) -> bool:
     return first_call(key)
+
+
+def ask_each(questions: list[int], ask, progress=None) -> list[str]:
+    """Ask each question in turn (reporting progress between), keeping the answers and the errors raised here."""
+    heard = []
+    for i, question in enumerate(questions):
+        if progress is not None:
+            progress(i / len(questions), f"asking {question}")
+        try:
+            heard.append(f"{os.getpid()}: {ask(question)}")
+        except ValueError as exc:
+            heard.append(f"{os.getpid()}: {type(exc).__name__} {exc}")
+    return heard
 
 
 # ---------------------------------------------------------------- helpers
@@ -217,6 +238,35 @@ def test_exceptions_keep_their_type_message_and_fields(worker, tmp_path):
         worker.call(raise_local_error)
     assert str(local.value) == "Local: defined inside a function"
     assert worker.call(pid) == before  # an exception does not cost the process
+
+
+def answer_in_parent(question: int) -> str:
+    """Answered in this process: its pid shows where; an odd question raises."""
+    if question % 2:
+        raise ValueError(f"{question} is odd")
+    return f"{question} answered in {os.getpid()}"
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["worker", "in process"])
+def test_a_call_asks_this_process_and_hears_each_answer_or_error_where_it_asked(enabled):
+    worker, heard = Worker(enabled=enabled), []
+    try:
+        answers = worker.call(ask_each, [2, 3, 4], answer=answer_in_parent, progress=lambda f, m: heard.append(m))
+        child = worker.pid if enabled else os.getpid()
+    finally:
+        worker.close()
+    me = os.getpid()
+    assert answers == [
+        f"{child}: 2 answered in {me}",
+        f"{child}: ValueError 3 is odd",
+        f"{child}: 4 answered in {me}",
+    ]
+    assert heard == ["asking 2", "asking 3", "asking 4"]  # progress still flows between questions
+
+
+def test_the_app_has_one_measuring_worker():
+    """Every run of the app goes through one worker, one run at a time (its lock), one warm process."""
+    assert default_worker() is default_worker()
 
 
 def test_progress_arrives_in_order(worker):
