@@ -75,7 +75,7 @@ class MemoryBudget:
         self.budget_bytes = budget_bytes
         self._held: collections.Counter[str] = collections.Counter()
         self._queue: collections.deque[object] = collections.deque()  # jobs waiting to be admitted
-        self._growing: collections.deque[object] = collections.deque()  # admitted jobs waiting to grow
+        self._growing: collections.deque[tuple[object, int]] = collections.deque()  # admitted jobs waiting to grow
         self._holders = 0  # jobs admitted and not yet done
         self._changed = threading.Condition()
 
@@ -120,6 +120,7 @@ class MemoryBudget:
             with self._changed:
                 self._held[kind] -= share.bytes
                 self._holders -= 1
+                share.closed = True
                 self._changed.notify_all()
 
     def _never_fits(self, need: int, field: str, kind: str, error: ErrorFactory) -> None:
@@ -143,11 +144,9 @@ class MemoryBudget:
         with self._changed:
             self._queue.append(ticket)
             try:
-                # A share that grows goes first: it holds memory already, and a newcomer waiting on it
-                # would wait for a release that waits on the newcomer.
-                while not (
-                    self._queue[0] is ticket and not self._growing and self.in_use_bytes + need <= self.budget_bytes
-                ):
+                # The growth that admitted jobs wait for is theirs: a newcomer waiting on one of them would
+                # wait for a release that waits on the newcomer.
+                while not (self._queue[0] is ticket and self._fits(need + self._pending_growth())):
                     self._wait(give_up, wait_s, need, field, kind, cancelled, error)
                 self._held[kind] += need
                 self._holders += 1
@@ -155,15 +154,23 @@ class MemoryBudget:
                 self._queue.remove(ticket)
                 self._changed.notify_all()  # the next in line may fit now
 
+    def _fits(self, more: int) -> bool:
+        return self.in_use_bytes + more <= self.budget_bytes
+
+    def _pending_growth(self) -> int:
+        return sum(extra for _, extra in self._growing)
+
     def _grow(self, share: Share, extra: int, wait_s: float, cancelled: Callable[[], bool] | None) -> None:
-        """Add `extra` bytes to `share`, before any newcomer; refused where only other growing shares could
-        make room (each waits on the others: one of them must give up)."""
+        """Add `extra` bytes to `share`, before any newcomer (first come, first served among the shares that
+        grow). Where every holder waits to grow and the first of them does not fit, none can ever release: the
+        one that finds this gives up."""
         ticket, give_up = object(), time.monotonic() + wait_s
+        entry = (ticket, extra)
         with self._changed:
-            self._growing.append(ticket)
+            self._growing.append(entry)
             try:
-                while not (self._growing[0] is ticket and self.in_use_bytes + extra <= self.budget_bytes):
-                    if len(self._growing) == self._holders:  # no holder left that will ever release without growing
+                while not (self._growing[0][0] is ticket and self._fits(extra)):
+                    if len(self._growing) == self._holders and not self._fits(self._growing[0][1]):
                         raise share.error(
                             share.field,
                             f"the server is busy: {self.holders()} and this {share.kind} needs {size(extra)} more, "
@@ -173,7 +180,7 @@ class MemoryBudget:
                 self._held[share.kind] += extra
                 share.bytes += extra
             finally:
-                self._growing.remove(ticket)
+                self._growing.remove(entry)
                 self._changed.notify_all()
 
     def _wait(
@@ -205,11 +212,14 @@ class Share:
 
     def __init__(self, budget: MemoryBudget, kind: str, held: int, field: str, error: ErrorFactory) -> None:
         self.budget, self.kind, self.bytes, self.field, self.error = budget, kind, held, field, error
+        self.closed = False  # given back: it can grow no more
 
     def grow_to(self, total_bytes: int, wait_s: float, cancelled: Callable[[], bool] | None = None) -> None:
         """Hold `total_bytes` in all (never less than now): the job learnt it needs more. Waits up to `wait_s`
         for room, ahead of jobs not yet admitted; raises the admission's error where it can never fit, the
         wait runs out, it is cancelled, or every other holder waits to grow too."""
+        if self.closed:
+            raise RuntimeError("this share was given back when its admit block ended; it cannot grow")
         if total_bytes <= self.bytes:
             return
         self.budget._never_fits(total_bytes, self.field, self.kind, self.error)

@@ -27,6 +27,7 @@ def trace_views(
             "kernels by launch", "tensor cores".
 
     """
+    from profiling.admission import VIEW_PEAK_PER_ROW
     from profiling.charts.memory import memory_chart
     from profiling.markdown import escape
     from profiling.tables import rounded
@@ -47,6 +48,7 @@ def trace_views(
         progress_of(progress),
         work=view_file,
         args=(name,),
+        per_event=VIEW_PEAK_PER_ROW,  # ops grouped by call stack cost more an event than the analysis
     )
     note = f"**{escape(shown.title)}**\n\n{escape(shown.note)}"
     yield rounded(shown.table), memory_chart(shown), note, shown.to_dict()

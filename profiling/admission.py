@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,9 @@ from attention.budget import MemoryBudget, MiB, Share, machine_budget
 from attention.budget import size as _gib
 from profiling.columns import NUMERIC_ARGS, OBJECT_ARGS
 from profiling.reader import MAX_SKELETON_BYTES, Limits, TraceError, inflated, raw_chunks
+
+if TYPE_CHECKING:  # profiling.trace imports this module (load_trace calls settle_read)
+    from profiling.trace import Trace
 
 ARG_COLUMNS = (*NUMERIC_ARGS.values(), *OBJECT_ARGS.values())
 
@@ -58,6 +61,8 @@ ARG_COLUMNS = (*NUMERIC_ARGS.values(), *OBJECT_ARGS.values())
 PEAK_PER_INFLATED_BYTE = 1.6
 PEAK_PER_ROW = 500
 PEAK_PER_OBJECT = PEAK_PER_ROW  # an object is at most one event: the second charge's floor, known before the read
+VIEW_PEAK_PER_ROW = 1250  # `/trace_views`: ops grouped by call stack held 548 MiB for 600,000 ops of distinct names
+PEAK_PER_TEXT = 200  # per distinct name: an op of its own name cost 508 B an event, one of a shared name 437
 PEAK_BASE_BYTES = 80 * MiB
 FRAME_COPIES = 3
 BYTES_PER_VALUE = 8
@@ -79,16 +84,17 @@ def admission_wait_s() -> float:
     return int(value)
 
 
-def analysis_need_bytes(events: pd.DataFrame) -> int:
-    """The peak memory growth the analysis of these events (a read trace's frame) is charged: per row, and per
-    row again for each args column some row fills, in every frame of the categories that fill it.
+def analysis_need_bytes(trace: Trace, per_event: int = PEAK_PER_ROW) -> int:
+    """The peak memory growth the analysis of a read trace is charged: per event (`per_event`: a view's work
+    may cost more than the analysis's), per distinct text, and per event again for each args column some
+    event fills, in every frame of the categories that fill it.
 
     The reader leaves an args column that no event fills as a repeat that costs nothing, and the analysis's
     frames of kernels, GPU activity, annotations... (`trace.rows_of`) drop a column that none of their rows
     fills. So a filled column costs its 8 bytes a row in the events frame, and again in each frame of the
     categories whose rows fill it: a kernel's `grid` is copied into the kernel frames, an op's `Input Dims`
     into none of them."""
-    rows = len(events)
+    events = trace.events
     categories, counts = _category_counts(events["cat"])
     filled = 0
     for column in ARG_COLUMNS:
@@ -99,8 +105,9 @@ def analysis_need_bytes(events: pd.DataFrame) -> int:
         if not present.any():
             continue
         with_it = np.bincount(categories[present], minlength=len(counts)) > 0
-        filled += rows + FRAME_COPIES * int(counts[with_it].sum())
-    return PEAK_BASE_BYTES + rows * PEAK_PER_ROW + filled * BYTES_PER_VALUE
+        filled += len(events) + FRAME_COPIES * int(counts[with_it].sum())
+    texts = trace.distinct_texts * PEAK_PER_TEXT
+    return PEAK_BASE_BYTES + len(events) * per_event + texts + filled * BYTES_PER_VALUE
 
 
 def _category_counts(cat: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -109,10 +116,10 @@ def _category_counts(cat: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.bincount(codes, minlength=len(uniques))
 
 
-def analysis_peak_bytes(inflated_bytes: int, objects: int = 0) -> int:
+def analysis_peak_bytes(inflated_bytes: int, objects: int = 0, per_object: int = PEAK_PER_OBJECT) -> int:
     """The peak memory growth an analysis of this much JSON, holding at most `objects` JSON objects, is
     charged before its read (see PEAK_PER_INFLATED_BYTE and PEAK_PER_OBJECT); `TopUp` grows it after."""
-    return PEAK_BASE_BYTES + int(max(PEAK_PER_INFLATED_BYTE * inflated_bytes, PEAK_PER_OBJECT * objects))
+    return PEAK_BASE_BYTES + int(max(PEAK_PER_INFLATED_BYTE * inflated_bytes, per_object * objects))
 
 
 @dataclass(frozen=True)
@@ -131,8 +138,9 @@ class AnalysisCost:
         return f"{_gib(self.inflated_bytes)} of JSON in {self.objects:,} objects"
 
 
-def analysis_cost(path: str | Path, limits: Limits | None = None) -> AnalysisCost:
-    """Count `path`'s JSON by inflating it once, through the reader's own bounded steps.
+def analysis_cost(path: str | Path, limits: Limits | None = None, per_object: int = PEAK_PER_OBJECT) -> AnalysisCost:
+    """Count `path`'s JSON by inflating it once, through the reader's own bounded steps; charge `per_object`
+    bytes an object (a view's work: VIEW_PEAK_PER_ROW) or 1.6 a byte, whichever is more.
 
     A gzip trailer's size could lie (and wraps at 4 GiB); counting cannot. A file past the reader's
     byte limits, or corrupt gzip, raises the reader's TraceError here, before any memory is admitted.
@@ -144,7 +152,7 @@ def analysis_cost(path: str | Path, limits: Limits | None = None) -> AnalysisCos
     for chunk in chunks:
         total, objects = total + len(chunk), objects + elements_opened(chunk, last)
         last = chunk.rstrip(_BLANKS)[-1:] or last
-    return AnalysisCost(total, analysis_peak_bytes(total, objects), objects)
+    return AnalysisCost(total, analysis_peak_bytes(total, objects, per_object), objects)
 
 
 _SPACED_ELEMENT = re.compile(rb"[,\[][ \t\n\r]+\{")
@@ -225,26 +233,30 @@ class AnalysisGate:
         )
 
 
-# In the analysis process, while `charged_reads` runs: how to ask the server for the memory a read trace needs.
-_ask: contextvars.ContextVar[Callable[[Any], Any] | None] = contextvars.ContextVar("ask", default=None)
+# In the analysis process, while `charged_reads` runs: how to ask the server for the memory a read trace needs,
+# and the charge per event of the work that reads it.
+_ask: contextvars.ContextVar[tuple[Callable[[Any], Any], int] | None] = contextvars.ContextVar("ask", default=None)
 
 
-def charged_reads(work: Callable[..., Any], /, *args: Any, ask: Callable[[Any], Any], **kwargs: Any) -> Any:
+def charged_reads(
+    work: Callable[..., Any], per_event: int, /, *args: Any, ask: Callable[[Any], Any], **kwargs: Any
+) -> Any:
     """`work(*args, **kwargs)` (in the analysis process), where each trace that `load_trace` reads asks the
-    server, through `ask`, to grow its admitted share to what the analysis of those events needs."""
-    token = _ask.set(ask)
+    server, through `ask`, to grow its admitted share to what `work` on those events needs (`per_event`)."""
+    token = _ask.set((ask, per_event))
     try:
         return work(*args, **kwargs)
     finally:
         _ask.reset(token)
 
 
-def settle_read(events: pd.DataFrame, path: str | Path) -> None:
+def settle_read(trace: Trace, path: str | Path) -> None:
     """Called by `load_trace` once a trace is read: inside `charged_reads`, ask for what its analysis needs
     (`analysis_need_bytes`) before the analysis starts; elsewhere nothing (the CLI admits nothing)."""
-    ask = _ask.get()
-    if ask is not None:
-        ask((str(Path(path)), analysis_need_bytes(events)))
+    asking = _ask.get()
+    if asking is not None:
+        ask, per_event = asking
+        ask((str(Path(path)), analysis_need_bytes(trace, per_event)))
 
 
 class TopUp:

@@ -123,6 +123,7 @@ class RawTrace:
     skipped: int
     ts_base_us: int = 0  # the columns' `ts` and `end` are µs since this many µs (`Rebase`)
     lane_names: LaneNames = field(default_factory=dict)
+    distinct_texts: int = 0  # distinct names, categories and lanes (one object each): what admission counts
 
 
 def read_path(path: Path, limits: Limits | None = None, progress: Progress | None = None) -> RawTrace:
@@ -180,7 +181,8 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
                 columns.append(block, json_bytes)
             document = _parse(splitter.finish(), source)
             metadata = _metadata(document, columns, json_bytes, source)
-            return RawTrace(columns.arrays(), metadata, columns.skipped, columns.ts_base_us, columns.lane_names)
+            arrays, texts = columns.arrays(), len(columns.strings)
+            return RawTrace(arrays, metadata, columns.skipped, columns.ts_base_us, columns.lane_names, texts)
     finally:
         if helper is not None:
             helper.close()

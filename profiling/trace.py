@@ -163,6 +163,7 @@ class Trace:
     # (kind, pid, tid) -> name, from the `thread_name`, `process_name` and `process_labels` metadata events
     # (pid and tid as the event columns' text; tid "0" for a process): the timeline's lane names.
     lane_names: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    distinct_texts: int = 0  # distinct names, categories and lanes the reader kept (the memory admission counts)
     derived: Derived = field(default_factory=Derived, repr=False)
 
     @property
@@ -319,7 +320,7 @@ def load_trace(path: str | Path, progress: Progress | None = None, **limits: int
     """
     path = Path(path)
     trace = _trace(read_path(path, Limits(**limits), progress), source=path.name)
-    settle_read(trace.events, path)
+    settle_read(trace, path)
     return trace
 
 
@@ -342,6 +343,7 @@ def _trace(raw: RawTrace, source: str) -> Trace:
         spellings=spellings,
         ts_base_us=raw.ts_base_us,
         lane_names=raw.lane_names,
+        distinct_texts=raw.distinct_texts,
     )
 
 

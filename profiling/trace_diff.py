@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from profiling.admission import (
+    PEAK_PER_ROW,
     AdmissionError,
     AnalysisCost,
     AnalysisGate,
@@ -372,7 +373,7 @@ def diff_uploads(
 
     Raises AdmissionError naming `before` or `after` when that trace (alone, or on top of the other) cannot
     fit the budget, the reader's TraceError for a bad file, AnalysisStopped at the time limit."""
-    from profiling.uploads import AnalysisStopped, AnalysisWorker
+    from profiling.uploads import AnalysisStopped, AnalysisWorker, stop_waiting
 
     started = time.monotonic()
     cost_a, cost_b = _cost("before", before), _cost("after", after)  # a bad file is refused here, by name
@@ -397,13 +398,14 @@ def diff_uploads(
             return own.call(
                 charged_reads,
                 diff_files,
+                PEAK_PER_ROW,
                 str(before),
                 str(after),
                 limits,
                 time_limit_s=left,
                 progress=report,
                 cancelled=cancelled,
-                answer=TopUp(share, charged, cancelled, time_left_s=left),
+                answer=TopUp(share, charged, stop_waiting(cancelled, own), time_left_s=left),
             )
     except Cancelled:
         raise AnalysisStopped("before: the diff was stopped because its caller left") from None

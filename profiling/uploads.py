@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from profiling.admission import TopUp, analysis_cost, analysis_gate, charged_reads
+from profiling.admission import PEAK_PER_ROW, TopUp, analysis_cost, analysis_gate, charged_reads
 from profiling.reader import Progress, TraceError
 from profiling.worker import Cancelled, Worker, death_cause
 
@@ -120,6 +120,11 @@ def _checked(progress: Progress | None, limit_s: float | None, cancelled: Callab
     return check
 
 
+def stop_waiting(cancelled: Callable[[], bool] | None, worker: Worker) -> Callable[[], bool]:
+    """Whether to stop waiting for memory: the caller left, or the analysis process died meanwhile."""
+    return lambda: (cancelled is not None and cancelled()) or worker.exited()
+
+
 def analyze_upload(
     path: str | Path,
     time_limit_s: float | None = None,
@@ -128,12 +133,13 @@ def analyze_upload(
     worker: Worker | None = None,
     work: Callable[..., Any] = upload_outputs,
     args: tuple[Any, ...] = (),
+    per_event: int = PEAK_PER_ROW,
 ) -> Any:
     """The page's outputs for the trace at `path`, analysed within its admitted memory and `time_limit_s`.
 
     `work(path, reader_limits, *args, progress=...)` is what runs in the analysis process: `upload_outputs`
     (the Analyze tab's outputs) unless another reading of the trace is named (`profiling.views.view_file`);
-    it is charged the same memory, as it reads the same trace.
+    it is charged per event `per_event` (a view's work: `admission.VIEW_PEAK_PER_ROW`), and as /analyze is.
 
     Raises TraceError (AdmissionError: too big, or the server busy; AnalysisStopped: time limit or
     caller gone) with a message that starts with `trace:`. `worker` defaults to a fresh one, stopped
@@ -142,7 +148,7 @@ def analyze_upload(
     started = time.monotonic()
     check = _checked(progress, time_limit_s, cancelled)
     check(0.0, "counting the trace's JSON")
-    cost = analysis_cost(path)
+    cost = analysis_cost(path, per_object=per_event)
     check(0.02, f"waiting for memory for {cost.describe()}")
     own = worker or AnalysisWorker()
     try:
@@ -151,13 +157,14 @@ def analyze_upload(
             return own.call(
                 charged_reads,
                 work,
+                per_event,
                 str(path),
                 cost.reader_limits(),
                 *args,
                 time_limit_s=left,
                 progress=check if not own.enabled else progress,
                 cancelled=cancelled,
-                answer=TopUp(share, {str(path): cost.peak_bytes}, cancelled, time_left_s=left),
+                answer=TopUp(share, {str(path): cost.peak_bytes}, stop_waiting(cancelled, own), time_left_s=left),
             )
     except Cancelled:
         raise AnalysisStopped("trace: the analysis was stopped because its caller left") from None

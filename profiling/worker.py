@@ -125,6 +125,11 @@ class Worker:
         """What a call whose process died raises."""
         return death_error(exitcode, stage)
 
+    def exited(self) -> bool:
+        """Whether the worker's process ended (killed, say) while a call runs: an answer to it may stop waiting."""
+        process = self._process
+        return process is not None and not process.is_alive()
+
     @property
     def pid(self) -> int | None:
         """The worker process's id, or None when none is running."""
@@ -243,7 +248,10 @@ class Worker:
             if ready:
                 kind, *body = self._receive(conn if conn in ready else None, stage)
                 if kind == "ask":
-                    conn.send_bytes(_answered(answer, body[0]))
+                    try:
+                        conn.send_bytes(_answered(answer, body[0]))
+                    except OSError:  # the child died while its question was answered
+                        self._receive(None, stage)  # raises its death
                 elif kind != "progress":
                     return (kind, *body)
                 else:

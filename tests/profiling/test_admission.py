@@ -24,6 +24,8 @@ from profiling.admission import (
     PEAK_PER_INFLATED_BYTE,
     PEAK_PER_OBJECT,
     PEAK_PER_ROW,
+    PEAK_PER_TEXT,
+    VIEW_PEAK_PER_ROW,
     AdmissionError,
     AnalysisGate,
     TopUp,
@@ -46,15 +48,16 @@ MiB, GiB = 1024**2, 1024**3
 
 # Run in a fresh process: the peak RSS growth (VmHWM, reset after the imports) of what /analyze
 # does with one upload: read the trace, then analyse it, round the tables, draw the timeline and steps
-# chart. Printed: the growth once read (what the first charge must hold), in all, and the second charge
-# computed from the events read.
+# chart; or, given a view's name, what /trace_views does. Printed: the growth once read (what the first
+# charge must hold), in all, and the second charge computed from the events read.
 PEAK_CHILD = """
 import json, sys
-from profiling.admission import analysis_need_bytes
+from profiling.admission import PEAK_PER_ROW, VIEW_PEAK_PER_ROW, analysis_need_bytes
 from profiling.analysis import analyze
 from profiling.charts import timeline, window_chart
 from profiling.tables import rounded
 from profiling.trace import load_trace
+from profiling.views import view
 
 def rss(field):
     for line in open("/proc/self/status"):
@@ -65,10 +68,14 @@ before = rss("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # the high-water mark restarts from here
 trace = load_trace(sys.argv[1])
 read = rss("VmHWM") - before
-need = analysis_need_bytes(trace.events)
-result = analyze(trace)
-rounded(result.op_table), rounded(result.kernel_table), timeline(result), window_chart(result.steps)
-print(json.dumps({"read": read, "growth": rss("VmHWM") - before, "need": need, "events": len(result.trace.events)}))
+if len(sys.argv) > 2:
+    need = analysis_need_bytes(trace, VIEW_PEAK_PER_ROW)
+    rounded(view(trace, sys.argv[2]).table)
+else:
+    need = analysis_need_bytes(trace, PEAK_PER_ROW)
+    result = analyze(trace)
+    rounded(result.op_table), rounded(result.kernel_table), timeline(result), window_chart(result.steps)
+print(json.dumps({"read": read, "growth": rss("VmHWM") - before, "need": need, "events": len(trace.events)}))
 """
 
 
@@ -158,10 +165,14 @@ def test_a_gzip_bomb_is_refused_before_any_memory_is_admitted(tmp_path):
 # ---------------------------------------------------------------- the estimate against a real peak
 
 
-def peak_of(path: Path) -> dict[str, int]:
-    """PEAK_CHILD's figures for the trace at `path`."""
+def peak_of(path: Path, *view: str) -> dict[str, int]:
+    """PEAK_CHILD's figures for the trace at `path` (and the view named, if one is)."""
     done = subprocess.run(
-        [sys.executable, "-c", PEAK_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=slack(300)
+        [sys.executable, "-c", PEAK_CHILD, str(path), *view],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=slack(300),
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -221,21 +232,46 @@ def test_the_charges_cover_the_worst_case_of_small_events(kind, tmp_path):
     assert growth > 4 * cost.inflated_bytes  # the bytes alone would not have covered it
 
 
+@pytest.mark.parametrize("view", [None, "ops by call stack", "ops by input shape"])
+def test_the_charges_cover_ops_of_distinct_names_analysed_or_viewed(view, tmp_path):
+    """Each op of its own name: per distinct name the analysis holds ~100 B more, and grouping ops by call stack
+    ~500 B more, an event (a view is charged VIEW_PEAK_PER_ROW an event). At this size the call-stack view
+    outgrows what the analysis is charged, so the test fails where a view is charged as the analysis is."""
+    EVENTS = 450_000
+    path = tmp_path / "names.json.gz"
+    ops = (
+        b'{"ph":"X","cat":"cpu_op","name":"op%d","pid":1,"tid":1,"ts":%d,"dur":1,"args":{}}' % (i, 2 * i)
+        for i in range(EVENTS)
+    )
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b",".join(ops) + b"]}", 1))
+    per_object = PEAK_PER_OBJECT if view is None else VIEW_PEAK_PER_ROW
+    cost = analysis_cost(path, per_object=per_object)
+    measured = peak_of(path, *([view] if view else []))
+    assert measured["events"] == EVENTS and measured["read"] <= cost.peak_bytes
+    charged = max(cost.peak_bytes, measured["need"])
+    assert measured["growth"] <= charged, f"{measured['growth'] / MiB:.0f} MiB used, {charged / MiB:.0f} charged"
+
+
 def plain_need(path: Path) -> int:
-    """`analysis_need_bytes` by a plain loop over the JSON: per event, and per event of each category in which
-    some event fills an args key (a number that is no bool, or any non-null object) that many values again."""
+    """`analysis_need_bytes` by a plain loop over the JSON: per event; per distinct text (names, categories and
+    phases, lanes as text, and the reader's two marks for a missing text and a missing lane); and per event of
+    each category in which some event fills an args key (a number that is no bool, or any non-null object)
+    that many values again."""
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     rows: Counter[str] = Counter()
     filling: dict[str, set[str]] = {}
+    texts = {"", "?"}
     for event in events:
         category = event.get("cat") if isinstance(event.get("cat"), str) else ""
         rows[category] += 1
+        texts |= {event[key] for key in ("name", "cat", "ph") if isinstance(event.get(key), str)}
+        texts |= {str(event[key]) for key in ("pid", "tid") if type(event.get(key)) in (int, float, str)}
         for key, value in (event.get("args") or {}).items():
             number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
             if (key in NUMERIC_ARGS and number) or (key in OBJECT_ARGS and value is not None):
                 filling.setdefault(key, set()).add(category)
     values = sum(rows.total() + FRAME_COPIES * sum(rows[c] for c in categories) for categories in filling.values())
-    return PEAK_BASE_BYTES + rows.total() * PEAK_PER_ROW + values * BYTES_PER_VALUE
+    return PEAK_BASE_BYTES + rows.total() * PEAK_PER_ROW + len(texts) * PEAK_PER_TEXT + values * BYTES_PER_VALUE
 
 
 @pytest.mark.parametrize("name", ["h100_bert-small_sdpa-flash", "b200_vllm_gpt-oss_eager_rank0", "h100_nn-mha_fp32"])
@@ -243,14 +279,19 @@ def test_the_second_charge_counts_what_a_plain_loop_counts(name):
     path = DATA / "gpu" / f"{name}.json.gz"
     trace = load_trace(path)
     assert trace.skipped == 0  # every event is a row, as the loop counts them
-    assert analysis_need_bytes(trace.events) == plain_need(path)
+    assert analysis_need_bytes(trace) == plain_need(path)
 
 
 def test_a_read_asks_for_its_need_only_inside_charged_reads():
     asked = []
     load_trace(REAL)  # the CLI: nobody to ask
-    trace = charged_reads(load_trace, REAL, ask=asked.append)
-    assert asked == [(str(REAL), analysis_need_bytes(trace.events))]
+    trace = charged_reads(load_trace, PEAK_PER_ROW, REAL, ask=asked.append)
+    view_trace = charged_reads(load_trace, VIEW_PEAK_PER_ROW, REAL, ask=asked.append)
+    assert asked == [
+        (str(REAL), analysis_need_bytes(trace)),
+        (str(REAL), analysis_need_bytes(view_trace, VIEW_PEAK_PER_ROW)),
+    ]
+    assert asked[1][1] - asked[0][1] == (VIEW_PEAK_PER_ROW - PEAK_PER_ROW) * len(trace.events)
 
 
 def test_a_top_up_holds_each_trace_at_the_larger_of_its_charges():
@@ -293,7 +334,7 @@ class RecordingBudget(MemoryBudget):
 
 @pytest.mark.parametrize("in_process", [False, True], ids=["analysis process", "in process"])
 def test_an_upload_grows_its_share_to_what_its_read_events_need(in_process, monkeypatch):
-    need = analysis_need_bytes(load_trace(REAL).events)
+    need = analysis_need_bytes(load_trace(REAL))
     first = analysis_cost(REAL).peak_bytes
     assert need > first  # this real trace's events need more than its JSON was charged
     budget = RecordingBudget(10 * GiB)
@@ -322,7 +363,7 @@ def test_a_diff_grows_its_share_for_each_trace_it_reads(tmp_path):
     after.write_bytes(REAL.read_bytes())
     budget = RecordingBudget(10 * GiB)
     first = analysis_cost(REAL).peak_bytes
-    need = analysis_need_bytes(load_trace(REAL).events)
+    need = analysis_need_bytes(load_trace(REAL))
     diff_uploads(str(REAL), str(after), gate=AnalysisGate(budget))
     assert budget.grown == [need - first, need - first]
     assert budget.in_use_bytes == 0

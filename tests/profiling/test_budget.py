@@ -350,3 +350,37 @@ def test_a_run_or_analysis_larger_than_the_whole_budget_is_refused_at_once(small
         analysis_gate().admit(300 * MiB, wait_s=0),
     ):
         pass
+
+
+def test_a_share_that_waits_behind_one_that_fits_now_is_not_refused():
+    """Right after a release, every holder may be waiting to grow while the first of them fits: no deadlock, so
+    nobody gives up (the first grows, then the next)."""
+    budget, grown, entered = MemoryBudget(100), {}, threading.Event()
+    run = budget.admit(50, field="seq_len", kind="run", wait_s=0)
+    run.__enter__()
+    with budget.admit(20, field="b", kind="analysis", wait_s=0) as b:
+
+        def a() -> None:
+            with budget.admit(20, field="a", kind="analysis", wait_s=0) as share:
+                entered.set()
+                share.grow_to(50, wait_s=slack(5))  # 90 + 30 > 100: waits for the run
+                grown["a"] = share.bytes
+
+        thread = threading.Thread(target=a)
+        thread.start()
+        entered.wait(slack(5))
+        wait_for(lambda: budget._growing)
+        with budget._changed:  # b asks between the run's release and a's wake-up: a fits then, b after it
+            run.__exit__(None, None, None)
+            b.grow_to(25, wait_s=slack(5))
+        thread.join()
+        assert grown == {"a": 50} and b.bytes == 25 and budget.in_use_bytes == 25  # a has left
+
+
+def test_a_share_given_back_cannot_grow():
+    budget = MemoryBudget(100)
+    with budget.admit(10, field="trace", kind="analysis", wait_s=0) as share:
+        pass
+    with pytest.raises(RuntimeError, match="given back"):
+        share.grow_to(20, wait_s=0)
+    assert budget.in_use_bytes == 0

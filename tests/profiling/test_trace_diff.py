@@ -254,7 +254,7 @@ def test_uploads_refused_together_before_either_starts(monkeypatch: pytest.Monke
 def test_uploads_admitted_together_give_the_files_diff(cpu_diff: dict[str, Any]) -> None:
     # Each trace's charge before its read, grown to what its events need once read: no more fits.
     traces = (CPU_BEFORE, CPU_AFTER)
-    needs = [max(analysis_cost(p).peak_bytes, analysis_need_bytes(load_trace(p).events)) for p in traces]
+    needs = [max(analysis_cost(p).peak_bytes, analysis_need_bytes(load_trace(p))) for p in traces]
     gate = AnalysisGate(sum(needs))
     diff = diff_uploads(CPU_BEFORE, CPU_AFTER, time_limit_s=120, gate=gate, worker=Worker(enabled=False))
     assert diff["ops"] == cpu_diff["ops"] and diff["counts"] == cpu_diff["counts"]

@@ -264,6 +264,22 @@ def test_a_call_asks_this_process_and_hears_each_answer_or_error_where_it_asked(
     assert heard == ["asking 2", "asking 3", "asking 4"]  # progress still flows between questions
 
 
+def test_a_child_that_dies_while_its_question_is_answered_reports_its_death():
+    worker = Worker(enabled=True)
+
+    def answer(question: int) -> str:
+        os.kill(worker.pid, signal.SIGKILL)  # as the OOM killer would, while the child waits for memory
+        while not worker.exited():
+            time.sleep(0.01)
+        return "too late"
+
+    try:
+        with pytest.raises(RunError, match="died"):
+            worker.call(ask_each, [2], answer=answer)
+    finally:
+        worker.close()
+
+
 def test_the_app_has_one_measuring_worker():
     """Every run of the app goes through one worker, one run at a time (its lock), one warm process."""
     assert default_worker() is default_worker()
