@@ -84,8 +84,8 @@ class MemoryBudget:
         return sum(self._held.values())
 
     def available_bytes(self) -> int:
-        """What a job could be given now, were it first in line."""
-        return max(0, self.budget_bytes - self.in_use_bytes)
+        """What a job could be given now, were it first in line (the growth admitted jobs wait for is theirs)."""
+        return max(0, self.budget_bytes - self.in_use_bytes - self._pending_growth())
 
     def holders(self) -> str:
         """Who holds the budget now: `runs hold 0 MiB and analyses 80 MiB of 100 MiB`."""
@@ -161,16 +161,21 @@ class MemoryBudget:
         return sum(extra for _, extra in self._growing)
 
     def _grow(self, share: Share, extra: int, wait_s: float, cancelled: Callable[[], bool] | None) -> None:
-        """Add `extra` bytes to `share`, before any newcomer (first come, first served among the shares that
-        grow). Where every holder waits to grow and the first of them does not fit, none can ever release: the
-        one that finds this gives up."""
+        """Add `extra` bytes to `share`, before any newcomer: first come, first served among the shares that
+        grow, except where every holder waits to grow (none will release while it waits), when any that fits
+        goes. Where every holder waits and none of them fits, the one that finds this gives up."""
         ticket, give_up = object(), time.monotonic() + wait_s
         entry = (ticket, extra)
         with self._changed:
+            if share.closed:
+                raise RuntimeError("this share was given back when its admit block ended; it cannot grow")
             self._growing.append(entry)
             try:
-                while not (self._growing[0][0] is ticket and self._fits(extra)):
-                    if len(self._growing) == self._holders and not self._fits(self._growing[0][1]):
+                while True:
+                    everyone = len(self._growing) == self._holders
+                    if self._fits(extra) and (everyone or self._growing[0] is entry):
+                        break
+                    if everyone and not any(self._fits(more) for _, more in self._growing):
                         raise share.error(
                             share.field,
                             f"the server is busy: {self.holders()} and this {share.kind} needs {size(extra)} more, "
@@ -218,8 +223,6 @@ class Share:
         """Hold `total_bytes` in all (never less than now): the job learnt it needs more. Waits up to `wait_s`
         for room, ahead of jobs not yet admitted; raises the admission's error where it can never fit, the
         wait runs out, it is cancelled, or every other holder waits to grow too."""
-        if self.closed:
-            raise RuntimeError("this share was given back when its admit block ended; it cannot grow")
         if total_bytes <= self.bytes:
             return
         self.budget._never_fits(total_bytes, self.field, self.kind, self.error)

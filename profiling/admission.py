@@ -10,7 +10,7 @@ analysis of those events needs (`settle_read`, called by `load_trace`), and its 
     cost = analysis_cost(path)  # inflates once to count the JSON: ~0.3 s per 100 MiB
     with analysis_gate().admit(cost.peak_bytes, what=cost.describe()) as share:
         top_up = TopUp(share, {path: cost.peak_bytes})
-        worker.call(charged_reads, work, path, cost.reader_limits(), answer=top_up)  # work: load_trace ...
+        worker.call(charged_reads, work, PEAK_PER_ROW, path, cost.reader_limits(), answer=top_up)  # work reads
 """
 
 from __future__ import annotations
@@ -208,20 +208,22 @@ class AnalysisGate:
         what: str = "it",
         wait_s: float | None = None,
         cancelled: Callable[[], bool] | None = None,
+        per_object: int = PEAK_PER_OBJECT,
     ) -> contextlib.AbstractContextManager[Share]:
         """Hold `need_bytes` of the budget for the `with` block, which gets the `Share` (grown by `TopUp` once
         the trace is read); wait up to `wait_s` (default `admission_wait_s()`) for room, while runs and other
         analyses hold it.
 
-        Raises AdmissionError, its message starting with `field`, when the job can never fit, when
-        the wait runs out, or when `cancelled()` turns true while it waits.
+        Raises AdmissionError, its message starting with `field`, when the job can never fit (saying how much
+        JSON, or how many objects at `per_object` bytes each, would), when the wait runs out, or when
+        `cancelled()` turns true while it waits.
         """
         if need_bytes > self.budget_bytes:
             raise AdmissionError(
                 f"{field}: analysing {what} needs about {_gib(need_bytes)} of memory; this server allows "
                 f"{_gib(self.budget_bytes)} for runs and analyses together, which fits up to "
                 f"{_gib(max(0.0, (self.budget_bytes - PEAK_BASE_BYTES) / PEAK_PER_INFLATED_BYTE))} of JSON "
-                f"or {max(0, (self.budget_bytes - PEAK_BASE_BYTES) // PEAK_PER_OBJECT):,} objects"
+                f"or {max(0, (self.budget_bytes - PEAK_BASE_BYTES) // per_object):,} objects"
             )
         return self.budget.admit(
             need_bytes,

@@ -88,12 +88,24 @@ def ops_by_input_shape(trace: Trace) -> pd.DataFrame:
     return _group(ops, "input dims", SHAPE_COLUMNS)
 
 
-def ops_by_call_stack(trace: Trace) -> pd.DataFrame:
+def ops_by_call_stack(trace: Trace, top: int | None = None) -> pd.DataFrame:
     """The op table per (name, call stack): the enclosing `python_function` events on the op's thread,
-    innermost first, joined by " <- " (at most MAX_STACK_FRAMES of them); "" where none encloses it."""
+    innermost first, joined by " <- " (at most MAX_STACK_FRAMES of them); "" where none encloses it.
+
+    The first `top` groups (all where None), in the table's order; `attrs["groups"]` counts them all and
+    `attrs["stacks"]` says whether any op has a stack. Ops are grouped by their stack's frames, and a stack's
+    text (up to MAX_STACK_FRAMES names of up to 4,096 characters) is made only for the groups returned: a
+    trace of many distinct long stacks costs no text for a group that is not shown."""
     ops = _op_rows(trace)
-    ops["call stack"] = _call_stacks(trace, ops["row"].to_numpy())
-    return _group(ops, "call stack", STACK_COLUMNS)
+    ops["call stack"], chains, names = _call_stacks(trace, ops["row"].to_numpy())
+    table = _group(ops, "call stack", STACK_COLUMNS)
+    groups = len(table)
+    if top is not None:
+        table = table.head(top).copy()
+    texts = {code: _stack_text(chains[code].tolist(), names) for code in pd.unique(table["call stack"])}
+    table["call stack"] = table["call stack"].map(texts).astype(object)
+    table.attrs.update(groups=groups, stacks=bool(len(chains)) and bool((chains[:, 0] >= 0).any()))
+    return table
 
 
 def kernels_by_properties(trace: Trace) -> pd.DataFrame:
@@ -247,11 +259,14 @@ def _dims_text(value: object) -> str:
     return _shape_text(value)
 
 
-def _call_stacks(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """For each row, its enclosing `python_function` events' names, innermost first, " <- " joined."""
+def _call_stacks(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, pd.Index]:
+    """For each row, the code of its stack of enclosing `python_function` events; the distinct stacks as rows of
+    name codes, innermost first (-1 past the outermost; the last column only says whether more frames were
+    dropped); and the names the codes index."""
     ev = trace.events
+    codes, names = pd.factorize(np.append(ev["name"].to_numpy(), ""))
     if not len(rows):
-        return np.zeros(0, dtype=object)
+        return np.zeros(0, dtype=np.int64), np.full((0, MAX_STACK_FRAMES + 1), -1, dtype=np.int64), names
     parent = structure(trace).parent
     is_python = ev["cat"].to_numpy() == PYTHON
     # Nearest python event at or above each event, by pointer jumping: log(depth) passes, not one per level.
@@ -269,11 +284,10 @@ def _call_stacks(trace: Trace, rows: np.ndarray) -> np.ndarray:
     for i in range(MAX_STACK_FRAMES + 1):  # one more than kept: to know whether frames were dropped
         at = nearest[parent_ext[at]]
         frames[:, i] = at
-    codes, names = pd.factorize(np.append(ev["name"].to_numpy(), ""))
     named = np.where(frames >= 0, codes[frames], -1)
+    named[:, MAX_STACK_FRAMES] = np.where(frames[:, MAX_STACK_FRAMES] >= 0, 0, -1)  # dropped frames: one mark
     distinct, inverse = np.unique(named, axis=0, return_inverse=True)
-    texts = np.array([_stack_text(chain, names) for chain in distinct.tolist()], dtype=object)
-    return texts[inverse.ravel()]
+    return inverse.ravel().astype(np.int64), distinct, names
 
 
 def _stack_text(chain: list[int], names: pd.Index) -> str:

@@ -152,7 +152,8 @@ def analyze_upload(
     check(0.02, f"waiting for memory for {cost.describe()}")
     own = worker or AnalysisWorker()
     try:
-        with analysis_gate().admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled) as share:
+        gate = analysis_gate()
+        with gate.admit(cost.peak_bytes, what=cost.describe(), cancelled=cancelled, per_object=per_event) as share:
             left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - started))
             return own.call(
                 charged_reads,

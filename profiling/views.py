@@ -240,11 +240,12 @@ def _ops_by_shape(trace: Trace, top: int) -> Part:
 def _ops_by_stack(trace: Trace, top: int) -> Part:
     from profiling.grouping import ops_by_call_stack
 
-    table = ops_by_call_stack(trace)
+    table = ops_by_call_stack(trace, top)  # texts for the groups shown only: a stack's may be 64 kB
     note = "Ops grouped by name and the python_function calls around them, innermost first (µs)."
-    if len(table) and not table["call stack"].astype(bool).any():
+    if len(table) and not table.attrs["stacks"]:
         note += " " + NO_STACKS
-    return _capped(table, top, note, "(op, call stack) groups")
+    groups = table.attrs["groups"]
+    return Part(table, groups, " ".join(filter(None, [note, _cap_note(len(table), groups, "(op, call stack) groups")])))
 
 
 def _kernels_by_launch(trace: Trace, top: int) -> Part:

@@ -252,6 +252,32 @@ def test_the_charges_cover_ops_of_distinct_names_analysed_or_viewed(view, tmp_pa
     assert measured["growth"] <= charged, f"{measured['growth'] / MiB:.0f} MiB used, {charged / MiB:.0f} charged"
 
 
+def test_the_call_stack_view_of_many_long_distinct_stacks_is_within_its_charge(tmp_path):
+    """15 nested frames of 4,096-character names around 20,000 ops, each under a frame of its own: 20,000
+    distinct stacks of ~61 kB of text each (1.2 GB had every group's text been made; the view makes the
+    texts of the 1,000 groups it shows)."""
+    ops = 20_000
+    outer = [
+        {"ph": "X", "cat": "python_function", "name": chr(65 + d) * 4096, "pid": 1, "tid": 1, "ts": d}
+        | {"dur": 10 * ops + 1000 - 2 * d}
+        for d in range(15)
+    ]
+    inner = [
+        event
+        for i in range(ops)
+        for event in (
+            {"ph": "X", "cat": "python_function", "name": f"f{i}", "pid": 1, "tid": 1, "ts": 100 + 10 * i, "dur": 5},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 101 + 10 * i, "dur": 1},
+        )
+    ]
+    path = tmp_path / "stacks.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": outer + inner}).encode(), 1))
+    cost = analysis_cost(path, per_object=VIEW_PEAK_PER_ROW)
+    measured = peak_of(path, "ops by call stack")
+    charged = max(cost.peak_bytes, measured["need"])
+    assert measured["growth"] <= charged, f"{measured['growth'] / MiB:.0f} MiB used, {charged / MiB:.0f} charged"
+
+
 def plain_need(path: Path) -> int:
     """`analysis_need_bytes` by a plain loop over the JSON: per event; per distinct text (names, categories and
     phases, lanes as text, and the reader's two marks for a missing text and a missing lane); and per event of

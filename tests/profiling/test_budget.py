@@ -384,3 +384,34 @@ def test_a_share_given_back_cannot_grow():
     with pytest.raises(RuntimeError, match="given back"):
         share.grow_to(20, wait_s=0)
     assert budget.in_use_bytes == 0
+
+
+def test_where_every_holder_waits_to_grow_one_that_fits_goes_first():
+    """A waits for 30 more that only B's release can give; B then asks for 10 that fit now: B grows at once (no
+    one is refused), and A grows once B has left."""
+    budget, log, leave_a, leave_b = MemoryBudget(100), [], threading.Event(), threading.Event()
+    a_asks, b_asks = threading.Barrier(2), threading.Barrier(2)
+    a = hold_and_grow(budget, 40, 70, log, "a", leave_a, before_growing=a_asks)
+    b = hold_and_grow(budget, 40, 50, log, "b", leave_b, before_growing=b_asks)
+    wait_for(lambda: {"a in", "b in"} <= set(log))
+    a_asks.wait(slack(5))
+    wait_for(lambda: budget._growing)  # a waits: 80 + 30 > 100
+    b_asks.wait(slack(5))
+    wait_for(lambda: "b grown to 50" in log)
+    assert not any("busy" in line for line in log) and budget.in_use_bytes == 90
+    leave_b.set()
+    wait_for(lambda: "a grown to 70" in log)
+    leave_a.set()
+    a.join(), b.join()
+    assert budget.in_use_bytes == 0
+
+
+def test_the_room_available_leaves_out_the_growth_admitted_jobs_wait_for():
+    budget, log, leave = MemoryBudget(100), [], threading.Event()
+    with budget.admit(60, field="seq_len", kind="run", wait_s=0):
+        grower = hold_and_grow(budget, 10, 45, log, "trace", leave)  # 35 more: waits for the run
+        wait_for(lambda: budget._growing)
+        assert budget.available_bytes() == 0  # 30 free, all of it promised to the grower's 35
+    wait_for(lambda: "trace grown to 45" in log)
+    leave.set()
+    grower.join()

@@ -246,6 +246,31 @@ def test_call_stack_innermost_first_and_bounded() -> None:
     assert (got["calls"] == 1).all()
 
 
+def test_stacks_that_differ_only_past_the_kept_frames_are_one_group() -> None:
+    """Two ops under MAX_STACK_FRAMES + 1 frames that differ only in the outermost, dropped, frame read as one
+    stack ("… <- more"), so they are one group, as their text says."""
+    depth = grouping.MAX_STACK_FRAMES + 1
+    events = []
+    for tid, outer in ((1, "outer_a"), (2, "outer_b")):
+        names = [outer, *(f"f{i}" for i in range(1, depth))]
+        events += [
+            {"name": n, "cat": "python_function", "ph": "X", "ts": i, "dur": 1000 - 2 * i, "pid": 1, "tid": tid}
+            for i, n in enumerate(names)
+        ]
+        events.append({"name": "aten::mm", "cat": "cpu_op", "ph": "X", "ts": 100, "dur": 10, "pid": 1, "tid": tid})
+    got = grouping.ops_by_call_stack(_synthetic(events))
+    assert len(got) == 1 and got["calls"].tolist() == [2] and got["call stack"][0].endswith(grouping.STACK_MORE)
+
+
+def test_the_first_groups_alone_get_texts_and_all_are_counted(loaded: tuple[Any, Plain]) -> None:
+    trace, _ = loaded
+    every = grouping.ops_by_call_stack(trace)
+    first = grouping.ops_by_call_stack(trace, top=3)
+    assert len(every) > 3 and first.attrs["groups"] == every.attrs["groups"] == len(every)
+    pd.testing.assert_frame_equal(first, every.head(3))
+    assert first.attrs["stacks"] == bool(every["call stack"].astype(bool).any())
+
+
 def test_no_ops_or_kernels_keep_the_schema() -> None:
     trace = _synthetic([{"name": "x", "cat": "user_annotation", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1}])
     assert list(grouping.ops_by_input_shape(trace).columns) == grouping.SHAPE_COLUMNS
