@@ -244,8 +244,7 @@ def _ops_by_stack(trace: Trace, top: int) -> Part:
     note = "Ops grouped by name and the python_function calls around them, innermost first (µs)."
     if len(table) and not table.attrs["stacks"]:
         note += " " + NO_STACKS
-    groups = table.attrs["groups"]
-    return Part(table, groups, " ".join(filter(None, [note, _cap_note(len(table), groups, "(op, call stack) groups")])))
+    return _shown(table, table.attrs["groups"], note, "(op, call stack) groups")
 
 
 def _kernels_by_launch(trace: Trace, top: int) -> Part:
@@ -279,8 +278,12 @@ def _tensor_cores(trace: Trace, top: int) -> Part:
 
 
 def _capped(table: pd.DataFrame, top: int, note: str, what: str, order: str = "") -> Part:
-    shown = table.head(top)
-    return Part(shown, len(table), " ".join(filter(None, [note, _cap_note(len(shown), len(table), what, order)])))
+    return _shown(table.head(top), len(table), note, what, order)
+
+
+def _shown(shown: pd.DataFrame, rows: int, note: str, what: str, order: str = "") -> Part:
+    """The first rows of a table of `rows`, the note saying how many are shown where not all."""
+    return Part(shown, rows, " ".join(filter(None, [note, _cap_note(len(shown), rows, what, order)])))
 
 
 def _cap_note(shown: int, rows: int, what: str, order: str = "") -> str:

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from profiling.runner import Progress, RunError
+from profiling.worker_child import answered, asking, rebuilt, serve, unpickled
 from profiling.worker_child import first_call as first_call  # public names stay importable from here
-from profiling.worker_child import pickled_exception, rebuilt, serve, unpickled
 from profiling.worker_process import (
     Clock,
     death_error,
@@ -171,7 +171,7 @@ class Worker:
         process: one who did makes the call start a fresh process.
         """
         if not self.enabled:
-            return self._here(fn, args, kwargs | _asking(answer), time_limit_s, progress, cancelled)
+            return self._here(fn, args, kwargs | asking(answer), time_limit_s, progress, cancelled)
         job = self.iterate(
             fn,
             *args,
@@ -210,7 +210,7 @@ class Worker:
         in a Gradio generator handler stops the run when the client leaves. Progress goes to `progress`.
         """
         if not self.enabled:
-            return self._here(fn, args, kwargs | _asking(answer), time_limit_s, progress, None)
+            return self._here(fn, args, kwargs | asking(answer), time_limit_s, progress, None)
         with self._lock:
             self._keep_private(private)
             conn = self._ready()
@@ -249,7 +249,7 @@ class Worker:
                 kind, *body = self._receive(conn if conn in ready else None, stage)
                 if kind == "ask":
                     try:
-                        conn.send_bytes(_answered(answer, body[0]))
+                        conn.send_bytes(answered(answer, body[0]))
                     except OSError:  # the child died while its question was answered
                         self._receive(None, stage)  # raises its death
                 elif kind != "progress":
@@ -385,21 +385,6 @@ def until_closed(
 
 
 _workers: weakref.WeakSet[Worker] = weakref.WeakSet()
-
-
-def _asking(answer: Callable[[Any], Any] | None) -> dict[str, Any]:
-    """The `ask=` keyword a call in this process gets: the answer itself."""
-    return {} if answer is None else {"ask": answer}
-
-
-def _answered(answer: Callable[[Any], Any] | None, question: Any) -> bytes:
-    """The child's question answered, pickled: ("answer", value), or the exception raised answering it."""
-    try:
-        if answer is None:
-            raise RunError("the worker asked a question, but this call takes none")
-        return pickle.dumps(("answer", answer(question)))
-    except Exception as exc:  # the asker raises it, where it asked
-        return pickled_exception(exc)
 
 
 @functools.cache

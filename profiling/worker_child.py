@@ -122,6 +122,21 @@ def _answer(request: bytes, report: Progress, ask: Callable[[Any], Any]) -> byte
         return pickled_exception(exc)
 
 
+def asking(answer: Callable[[Any], Any] | None) -> dict[str, Any]:
+    """The `ask=` keyword a call run in the parent's own process gets: the answer itself."""
+    return {} if answer is None else {"ask": answer}
+
+
+def answered(answer: Callable[[Any], Any] | None, question: Any) -> bytes:
+    """The parent's reply to a child's question, pickled: ("answer", value), or the exception raised answering it."""
+    try:
+        if answer is None:
+            raise RunError("the worker asked a question, but this call takes none")
+        return pickle.dumps(("answer", answer(question)))
+    except Exception as exc:  # the asker raises it, where it asked
+        return pickled_exception(exc)
+
+
 def pickled_exception(exc: Exception) -> bytes:
     """The exception as (type, args, attributes), rebuilt without calling its __init__ (which may take
     other arguments than its args, as SpecError's does); failing that, as a RunError with its text."""
