@@ -21,6 +21,7 @@ from profiling.columns import (
     DictRows,
     ObjectColumn,
     TextColumn,
+    _loads,
     block_of,
 )
 from profiling.lane_names import MAX_LANE_NAMES, LaneNames
@@ -124,7 +125,7 @@ class Columns:
             return None  # no value in this batch
         out = np.full(len(codes), None, object)
         known = self.values
-        for key, value in zip(keys, values, strict=True):
+        for i, key in enumerate(keys):
             if key not in known:
                 self.distinct_arg_bytes += len(key)
                 if self.distinct_arg_bytes > MAX_DISTINCT_ARG_BYTES:
@@ -132,7 +133,9 @@ class Columns:
                         f"trace: the events' {'/'.join(OBJECT_ARGS)} args hold more than "
                         f"{_mib(MAX_DISTINCT_ARG_BYTES)} of distinct values (the cap)"
                     )
-                known[key] = value
+                # A block from the decode helper carries keys only (`Block.__getstate__`): its key is the
+                # value's compact JSON, which parses back to an equal value.
+                known[key] = _loads(key) if values is None else values[i]
         # fromiter keeps each list one object; np.array would make a 2-D array of equal-length lists
         table = np.fromiter(map(known.__getitem__, keys), dtype=object, count=len(keys))
         present = codes >= 0

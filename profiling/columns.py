@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -89,8 +89,8 @@ _PLAIN_LANES = frozenset({int, str, _NONE})
 _LANE_TYPES = (str, int, float)
 _EMPTY: dict[str, Any] = {}
 # One object-arg column of a batch: each row's index into the batch's distinct values (-1: none),
-# those values as compact JSON (the key they are shared by) and as parsed.
-ObjectColumn = tuple[np.ndarray, list[bytes], list[Any]]
+# those values as compact JSON (the key they are shared by) and as parsed (None: not sent, `Block.__getstate__`).
+ObjectColumn = tuple[np.ndarray, list[bytes], list[Any] | None]
 # One text column of a batch: each row's index into its distinct texts (the last is the missing text).
 TextColumn = tuple[np.ndarray, list[str]]
 
@@ -191,6 +191,14 @@ class Block:
     objects: dict[str, ObjectColumn]
     lane_names: LaneNames = field(default_factory=dict)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (from the decode helper, profiling/reader_pool.py) without the object args' parsed values: the
+        reader holds a value for nearly every key already, as a trace repeats its shapes every step, and
+        unpickling them was two thirds of a block's cost. `Columns` parses the keys it has not seen."""
+        state = self.__dict__.copy()
+        state["objects"] = {name: (codes, keys, None) for name, (codes, keys, _) in self.objects.items()}
+        return state
+
 
 def block_of(rows: Rows, seen: int, base: int = 0, absolute: bool = False) -> Block:
     """The usable rows of a batch of `seen` elements (`rows`: its objects) as columns.
@@ -262,6 +270,15 @@ def _numbers(values: list[Any]) -> np.ndarray:
             out = None
     if out is None:
         out = np.array([_float(v) if type(v) is int or type(v) is float else math.nan for v in values], np.float64)
+    return _finite(out)
+
+
+def _plain_numbers(values: Sequence[float | None]) -> np.ndarray:
+    """`_numbers` of values known to be floats or None (a typed decoder's), with no check of each value's type."""
+    return _finite(np.array(values, dtype=np.float64))
+
+
+def _finite(out: np.ndarray) -> np.ndarray:
     out[np.isinf(out)] = np.nan
     return out
 

@@ -31,6 +31,7 @@ from profiling.columns import (
     _dumps,
     _loads,
     _numbers,
+    _plain_numbers,
 )
 from profiling.lane_names import LANE_NAME_KINDS
 
@@ -47,9 +48,12 @@ if msgspec is not None:
     # orjson keeps integers from -2**63 to 2**64-1 and makes larger ones floats, whose text differs
     # ("1.8e+19"): a lane id outside int64 fails here and its batch takes the reference path.
     _Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-    # msgspec takes a JSON integer here as float(int), as numpy does; text (ROCm traces write "bytes"
-    # as a string) reads as not a number in the column builder, as the reference reads it.
-    _Number = float | str | None
+    # msgspec takes a JSON integer here as float(int), as numpy does. An args number is a float or null here, so
+    # its column needs no check of each value's type (`_plain_numbers`); text there fails validation, and the
+    # batch reads by the reference, except in the one key real traces write as text (ROCm's "bytes") and in
+    # the times: there text reads as not a number in the column builder, as the reference reads it.
+    _Number = float | None
+    _NumberOrText = float | str | None
     _Text = str | None
     _Lane = _Int | float | str | None
     _Raw = msgspec.Raw
@@ -70,7 +74,7 @@ if msgspec is not None:
         shared_memory: _Number = _arg("shared memory")
         occupancy: _Number = _arg("est. achieved occupancy %")
         blocks_per_sm: _Number = _arg("blocks per SM")
-        bytes: _Number = MISSING
+        bytes: _NumberOrText = MISSING
         total_allocated: _Number = _arg("Total Allocated")
         alloc_bytes: _Number = _arg("Bytes")
         device_type: _Number = _arg("Device Type")
@@ -99,8 +103,8 @@ if msgspec is not None:
         name: _Text = None
         cat: _Text = None
         ph: _Text = None
-        ts: _Number = MISSING
-        dur: _Number = MISSING
+        ts: _NumberOrText = MISSING
+        dur: _NumberOrText = MISSING
         pid: _Lane = None
         tid: _Lane = None
         args: _Args = msgspec.field(default_factory=_Args)
@@ -108,6 +112,8 @@ if msgspec is not None:
     _DECODER = msgspec.json.Decoder(list[_Event])
     _ERRORS: tuple[type[Exception], ...] = (msgspec.ValidationError, msgspec.DecodeError)
 
+# The numeric args keys typed to take text too (`_NumberOrText`); the others' values are floats or null.
+TEXT_NUMBER_KEYS = frozenset({"bytes"})
 # JSON key -> _Args attribute, for every key the columns read: each attribute is named as its column, an
 # old spelling (torch 1.8-1.9) as its column with `_old`, and a metadata event's name key with `meta_`.
 _ATTRIBUTES = {
@@ -169,7 +175,8 @@ class TypedRows:
             old = OLD_ARG_SPELLINGS.get(key)
             if old is None or self._arg_list(old).count(MISSING) == len(values):
                 return np.full(len(values), math.nan)
-        return _numbers(self._spelled(key, values))
+        values = self._spelled(key, values)
+        return _numbers(values) if key in TEXT_NUMBER_KEYS else _plain_numbers(values)
 
     def _spelled(self, key: str, values: Sequence[Any]) -> Sequence[Any]:
         """`values`, the old spelling's where they are missing or null (no JSON number is NaN, so NaN is missing)."""

@@ -64,12 +64,12 @@ def test_app_import_is_light():
     assert out.stdout.split() == ["False", "False"], out.stderr
 
 
-def test_trace_reader_works_without_orjson():
+def test_trace_reader_works_without_orjson_or_isal():
     import subprocess
     import sys
 
     code = (
-        "import sys; sys.modules['orjson'] = None; from profiling.trace import load_trace; "
+        "import sys; sys.modules['orjson'] = sys.modules['isal'] = None; from profiling.trace import load_trace; "
         "print(len(load_trace('tests/data/a100_simple_add.json.gz').kernels))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import pytest
 
 import profiling.reader as reader
 import profiling.reader_pool as pool
+from profiling.column_store import Columns
 from profiling.reader import Limits, TraceError, decode_batch, read_text
 from profiling.reader_pool import IN_FLIGHT, DecodeHelper
 from tests.conftest import DATA
@@ -237,3 +239,25 @@ def test_a_helper_exits_when_its_parent_is_killed():
     else:
         os.kill(pid, 9)
         pytest.fail("the helper outlived its parent")
+
+
+def test_a_block_travels_without_its_parsed_values_and_reads_the_same():
+    # Object args that repeat (a shape, a type list) and ones only a later batch holds, a float, non-ASCII text.
+    shapes = [[[2, 3], []], [[4]], [[2, 3], []], [["ñ", 1.5e-7]]]
+
+    def op(i: int, dims: Any) -> dict[str, Any]:
+        return {"ph": "X", "name": "op", "ts": i, "dur": 1, "args": {"Input Dims": dims}}
+
+    batches = [json.dumps([op(i, d) for i, d in enumerate(part)]) for part in (shapes[:2], shapes[2:], [[[4]], None])]
+    blocks = [decode_batch(text.encode(), 0) for text in batches]
+    sent = [pickle.loads(pickle.dumps(block, protocol=5)) for block in blocks]
+    assert all(values is None for block in sent for _, _, values in block.objects.values())
+    codes, keys, _ = sent[0].objects["input_dims"]
+    assert codes.tolist() == blocks[0].objects["input_dims"][0].tolist() and keys == blocks[0].objects["input_dims"][1]
+    direct, travelled = Columns(Limits()), Columns(Limits())
+    for block, wire in zip(blocks, sent, strict=True):
+        direct.append(block, 1000)
+        travelled.append(wire, 1000)
+    expected, got = direct.arrays()["input_dims"], travelled.arrays()["input_dims"]
+    assert list(got) == list(expected) == [[[2, 3], []], [[4]], [[2, 3], []], [["ñ", 1.5e-7]], [[4]], None]
+    assert got[0] is got[2]  # equal values stay one object

@@ -108,6 +108,7 @@ ODD = {
     ],
     "duplicate keys": None,  # written by hand below
     "nan text": [{"ph": "X", "name": "NaN", "ts": 1, "dur": 2, "args": {"bytes": "NaN"}}],
+    "text in a number": [{"ph": "X", "name": "k", "ts": 1, "dur": 2, "args": {"stream": "7", "correlation": 3}}],
     "metadata": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}],
 }
 
@@ -127,7 +128,9 @@ def test_odd_values_read_as_the_reference_reads_them(case):
 
 def test_odd_batches_fall_back_and_plain_ones_do_not():
     assert decode.typed_rows(b'[{"ph":"X","ts":1,"args":{"bytes":"12"}}]') is not None
-    for odd in (b'[{"ts":true}]', b'[{"pid":18446744073709551616}]', b"[1]", b'[{"args":null}]', b'[{"name":1}]'):
+    # Text in an args number other than "bytes" (which ROCm writes as text): the reference reads it.
+    odd_values = (b'[{"ts":true}]', b'[{"pid":18446744073709551616}]', b"[1]", b'[{"args":null}]', b'[{"name":1}]')
+    for odd in (*odd_values, b'[{"args":{"stream":"7"}}]', b'[{"args":{"External id":"1"}}]'):
         assert decode.typed_rows(odd) is None, odd
     # Bytes msgspec would skip unchecked in a key it does not read, but orjson refuses: the reference decides.
     assert decode.typed_rows(b'[{"x":"\xff"}]') is None
