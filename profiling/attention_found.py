@@ -120,8 +120,7 @@ def _find(trace: Trace) -> AttentionFound:
         gpu_us=np.bincount(match_of_gpu[at], weights=dur[at], minlength=len(matches)),
         softmax_us=np.bincount(match_of_gpu[soft], weights=dur[soft], minlength=len(matches)),
     ).sort_values("gpu_us", ascending=False, kind="stable")
-    names = trace.events["name"]
-    attention_ops = bool(names[trace.events["cat"] == "cpu_op"].isin(ATTENTION_OPS).any())
+    attention_ops = bool((trace.texts.equals("cat", "cpu_op") & trace.texts.isin("name", ATTENTION_OPS)).any())
     return AttentionFound(
         kernel_us=float(np.nansum(kernels["dur"].to_numpy())),
         kernel_events=len(kernels),
@@ -150,10 +149,9 @@ def unfused_matches(trace: Trace) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]
     ev = trace.events
     gpu_count = len(trace.gpu_activity)
     none = pd.DataFrame(columns=MATCH_COLUMNS), np.full(gpu_count, -1), np.zeros(gpu_count, dtype=bool)
-    names, cats = ev["name"].to_numpy(), ev["cat"].to_numpy()
-    host = (cats == "cpu_op") | (cats == "user_annotation")
-    rows = np.flatnonzero(host & (ev["ph"].to_numpy() == "X"))
-    codes, distinct = pd.factorize(names[rows])
+    host = trace.texts.isin("cat", ("cpu_op", "user_annotation"))
+    rows = np.flatnonzero(host & trace.texts.equals("ph", "X"))
+    codes, distinct = trace.texts.of_rows("name", rows)
     kind = np.array([_kind_of(name) for name in distinct], dtype=np.int8)[codes] if len(rows) else codes
     if not (kind == _SOFTMAX).any():
         return none

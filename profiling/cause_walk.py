@@ -80,17 +80,17 @@ class Ranks:
         self.trace = trace
         self.parent = structure(trace).parent
         self.names = ev["name"].to_numpy()
-        complete = ev["ph"].to_numpy() == "X"
-        cat = ev["cat"].to_numpy()
+        complete = trace.texts.equals("ph", "X")
         codes, self.uniques = trace.complete_codes("name")  # shared with step_breakdown.where_value
         self.codes = np.full(len(ev), -1, dtype=np.int64)
         self.codes[trace.complete_rows] = codes
         self.by_code = np.full(len(self.uniques), -1, dtype=np.int64)  # -1: not ranked yet
-        self.host = np.isin(cat, HOST_OP_CATEGORIES) & complete
+        self.host = trace.texts.isin("cat", HOST_OP_CATEGORIES) & complete
+        op = trace.texts.equals("cat", "cpu_op")
         # The outermost op named in "other (<op>)": an op, never a step or a record_function range.
         steps = np.array([str(u).startswith(STEP_PREFIX) for u in self.uniques] + [False], dtype=bool)
-        self.top_op = (cat == "cpu_op") & complete & ~steps[self.codes]
-        self.copy_op = ev["name"].isin(COPY_OPS).to_numpy() & (cat == "cpu_op") & complete
+        self.top_op = op & complete & ~steps[self.codes]
+        self.copy_op = trace.texts.isin("name", COPY_OPS) & op & complete
         # Per-row ranks the name alone cannot give: a reshape of an expanded tensor.
         self.override = np.full(len(ev), -1, dtype=np.int64)
         self.override[_reshapes_of_expanded(self)] = CAUSES.index("expand_reshape")

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from profiling import intervals as iv
 from profiling.idle_time import idle_breakdown_us, stream_keys
@@ -93,10 +92,8 @@ class SyncReport:
 def _rows_named(trace: Trace, categories: tuple[str, ...], wanted: Callable[[str], bool]) -> np.ndarray:
     """Rows in `trace.events` of the complete events of `categories` whose name `wanted` accepts: tested once
     per distinct name among those events (kernel names, the most numerous, are never tested)."""
-    rows = trace.complete_rows[np.isin(trace.complete_column("cat"), categories)]
-    codes, names = pd.factorize(trace.events["name"].to_numpy()[rows])
-    flags = np.fromiter((wanted(str(n)) for n in names), dtype=bool, count=len(names))
-    return rows[np.append(flags, False)[codes]]  # code -1 (no name) reads the appended False
+    rows = trace.complete_rows[trace.texts.isin("cat", categories, trace.complete_rows)]
+    return rows[trace.texts.isin("name", wanted, rows)]
 
 
 def _sync_rows(trace: Trace) -> np.ndarray:

@@ -35,7 +35,7 @@ def first_launches(trace: Trace) -> np.ndarray:
     tables (`windows`), and the step breakdown (`step_breakdown.launch_spans`, the same rule).
     """
     ev = trace.events
-    launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy())
+    launches = np.flatnonzero(trace.texts.isin("cat", LAUNCH_CATEGORIES))
     correlation = ev["correlation"].to_numpy()[launches]
     first = ~pd.Series(correlation).duplicated().to_numpy() & ~np.isnan(correlation)
     return launches[first]
@@ -46,7 +46,7 @@ def launch_owners(trace: Trace) -> np.ndarray:
     if trace.derived.launch_owners is None:
         ev = trace.events
         owner = np.full(len(ev), -1, dtype=np.int64)
-        launches = np.flatnonzero(ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy() & (ev["ph"].to_numpy() == "X"))
+        launches = np.flatnonzero(trace.texts.isin("cat", LAUNCH_CATEGORIES) & trace.texts.equals("ph", "X"))
         owner[launches] = _by_external_id(trace, launches) if trace.kineto_2021 else structure(trace).parent[launches]
         trace.derived.launch_owners = owner
     return trace.derived.launch_owners

@@ -35,11 +35,11 @@ def moves_a_scalar(input_dims: object) -> bool:
     return isinstance(input_dims, list) and bool(input_dims) and input_dims[0] == []
 
 
-def metadata_ops(events: pd.DataFrame) -> np.ndarray:
+def metadata_ops(trace: Trace) -> np.ndarray:
     """Which events only touch metadata or allocate (METADATA_OPS, or a conversion of a scalar)."""
-    metadata = events["name"].isin(METADATA_OPS).to_numpy().copy()
-    conversions = np.flatnonzero(events["name"].isin(SCALAR_CONVERSIONS).to_numpy())
-    dims = events["input_dims"].to_numpy()[conversions]
+    metadata = trace.texts.isin("name", METADATA_OPS)
+    conversions = np.flatnonzero(trace.texts.isin("name", SCALAR_CONVERSIONS))
+    dims = trace.events["input_dims"].to_numpy()[conversions]
     metadata[conversions] = np.fromiter((moves_a_scalar(d) for d in dims), bool, len(conversions))
     return metadata
 
@@ -50,8 +50,13 @@ def lanes_of(events: pd.DataFrame) -> np.ndarray:
     The pair's codes are combined as integers: joining the texts (`pid + "/" + tid`) made a new
     string per event, gigabytes on a big trace, and merged lanes like ("1/2", "3") and ("1", "2/3").
     """
-    pid = pd.factorize(events["pid"].to_numpy())[0].astype(np.int64)
-    tid = pd.factorize(events["tid"].to_numpy())[0].astype(np.int64)
+    pid, tid = pd.factorize(events["pid"].to_numpy())[0], pd.factorize(events["tid"].to_numpy())[0]
+    return _lanes(events, pid, tid)
+
+
+def _lanes(events: pd.DataFrame, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """`lanes_of`, from the codes of each event's pid and tid (in order of first sight)."""
+    pid, tid = pid.astype(np.int64), tid.astype(np.int64)
     if len(pid) and min(pid.min(), tid.min()) < 0:  # a missing id (not from our reader): as before
         return pd.factorize(events["pid"] + "/" + events["tid"])[0]
     return pd.factorize(pid * (int(tid.max(initial=0)) + 1) + tid)[0]
@@ -67,7 +72,7 @@ def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndar
     # memory held for the whole analysis (25 MB less per array at 3 million events).
     depth = np.full(len(events), -1, dtype=np.int32)
     parent = np.full(len(events), -1, dtype=np.int32)
-    complete = events["ph"].to_numpy() == "X"
+    complete = events["ph"].to_numpy() == "X"  # a frame of any events: not only a trace's
     if not complete.any():
         return depth, parent
     rows = np.flatnonzero(complete)
@@ -138,8 +143,8 @@ def structure(trace: Trace) -> Structure:
         return trace.derived.structure
     ev = trace.events
     depth, parent = nest(ev, lane_codes(trace))
-    is_aten = _is_aten(ev)
-    counts_as_compute = (is_aten & ~metadata_ops(ev)).astype(np.float64)
+    is_aten = _is_aten(trace)
+    counts_as_compute = (is_aten & ~metadata_ops(trace)).astype(np.float64)
     # A compute op is a leaf: none of its descendants is itself a compute op.
     descendants = propagate_up(counts_as_compute, parent, depth) - counts_as_compute
     result = Structure(depth, parent, is_aten, (counts_as_compute > 0) & (descendants == 0))
@@ -147,14 +152,9 @@ def structure(trace: Trace) -> Structure:
     return result
 
 
-def _is_aten(events: pd.DataFrame) -> np.ndarray:
-    """`cpu_op` events named `aten::...`; the prefix is tested once per distinct name of the ops, not per event."""
-    ops = np.flatnonzero(events["cat"].to_numpy() == "cpu_op")
-    codes, names = pd.factorize(events["name"].to_numpy()[ops])  # a missing name is -1: not aten
-    flags = np.fromiter((isinstance(n, str) and n.startswith("aten::") for n in names), bool, count=len(names))
-    is_aten = np.zeros(len(events), dtype=bool)
-    is_aten[ops] = np.append(flags, False)[codes]
-    return is_aten
+def _is_aten(trace: Trace) -> np.ndarray:
+    """`cpu_op` events named `aten::...`; the prefix is tested once per distinct name, not per event."""
+    return trace.texts.equals("cat", "cpu_op") & trace.texts.isin("name", lambda name: name.startswith("aten::"))
 
 
 def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
@@ -177,12 +177,13 @@ def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> n
 def lane_codes(trace: Trace) -> np.ndarray:
     """An integer per (pid, tid) lane for every event, computed once per trace."""
     if trace.derived.lanes is None:
-        trace.derived.lanes = lanes_of(trace.events).astype(np.int32)
+        pid, tid = trace.texts.codes("pid")[0], trace.texts.codes("tid")[0]
+        trace.derived.lanes = _lanes(trace.events, pid, tid).astype(np.int32)
     return trace.derived.lanes
 
 
 def process_codes(trace: Trace) -> np.ndarray:
     """An integer per process (pid) for every event, computed once per trace."""
     if trace.derived.processes is None:
-        trace.derived.processes = pd.factorize(trace.events["pid"])[0].astype(np.int32)
+        trace.derived.processes = trace.texts.codes("pid")[0].astype(np.int32)
     return trace.derived.processes

@@ -118,7 +118,7 @@ def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.Data
 def shared_correlation_launches(trace: Trace) -> int:
     """Launch events whose correlation id an earlier launch already has: they get no GPU work."""
     ev = trace.events
-    correlation = ev["correlation"].to_numpy()[ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy()]
+    correlation = ev["correlation"].to_numpy()[trace.texts.isin("cat", LAUNCH_CATEGORIES)]
     return int((~np.isnan(correlation)).sum()) - len(first_launches(trace))
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from profiling.admission import settle_read
 from profiling.column_store import MISSING_VALUE
+from profiling.event_texts import EventTexts, factorized_objects, recoded
 from profiling.reader import (
     COLUMNS,
     MAX_INFLATED_BYTES,
@@ -180,7 +181,12 @@ class Trace:
         return "python" in spelled and "python_function" not in spelled
 
     def of_category(self, *categories: str) -> pd.DataFrame:
-        return rows_where(self.events, self.events["cat"].isin(categories))
+        return rows_where(self.events, self.texts.isin("cat", categories))
+
+    @functools.cached_property
+    def texts(self) -> EventTexts:
+        """The text columns as codes, made once each (`isin` and `equals` by code, not by hashing strings)."""
+        return EventTexts(self.events)
 
     @functools.cached_property
     def complete(self) -> pd.DataFrame:
@@ -215,7 +221,7 @@ class Trace:
         values in order of first sight: `pd.factorize` of `complete_column(column)`, made once per trace."""
         factorized = self.derived.factorized
         if column not in factorized:
-            codes, uniques = pd.factorize(self.complete_column(column))
+            codes, uniques = self.texts.of_rows(column, self.complete_rows)
             factorized[column] = codes.astype(np.int32), uniques  # a few thousand distinct values: int32 halves it
         return factorized[column]
 
@@ -235,7 +241,7 @@ class Trace:
         The kernel and GPU frames are grouped by name a dozen times (tables, GPU metrics, insights); a
         Categorical is grouped by its integer codes, made once here from the trace's one factorization of
         names, instead of hashing every name again each time (40x faster per group-by)."""
-        selected = np.isin(self.complete_column("cat"), categories)
+        selected = self.texts.isin("cat", categories, self.complete_rows)
         frame = rows_of(self.events.drop(columns="name"), self.complete_rows[selected])  # names: codes below
         codes, names = self._sorted_name_codes
         name = pd.Categorical.from_codes(codes[selected], categories=names).remove_unused_categories()
@@ -298,13 +304,7 @@ def codes_of(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     values in order of first sight; a Categorical's from its integer codes, without hashing its texts."""
     if not isinstance(column.dtype, pd.CategoricalDtype):
         return pd.factorize(column.to_numpy())
-    codes, first = pd.factorize(column.cat.codes.to_numpy())
-    missing = np.flatnonzero(first < 0)
-    if len(missing):  # the Categorical's -1 is a value to factorize: make it missing again
-        at = int(missing[0])
-        codes = np.where(codes == at, -1, codes - (codes > at))
-        first = np.delete(first, at)
-    return codes, column.cat.categories.to_numpy(dtype=object)[first]
+    return recoded(column.cat.codes.to_numpy(), column.cat.categories.to_numpy(dtype=object))
 
 
 def rows_where(frame: pd.DataFrame, mask: np.ndarray | pd.Series) -> pd.DataFrame:
@@ -358,7 +358,7 @@ def canonical_categories(cat: pd.Series, name: pd.Series, spellings: frozenset[s
     # The prefixes are tested once per distinct name of the ops, not per event (a string method per event
     # cost a tenth of a second per 300k events).
     ops = np.flatnonzero(canonical.eq("cpu_op").to_numpy())
-    codes, names = pd.factorize(name.to_numpy()[ops])  # a missing name is -1: no annotation
+    codes, names = factorized_objects(name.to_numpy()[ops])  # a missing name is -1: no annotation
     prefixed = [isinstance(n, str) and n.startswith(ANNOTATION_PREFIXES) for n in names]
     is_annotation = np.zeros(len(canonical), dtype=bool)
     is_annotation[ops] = np.array([*prefixed, False], dtype=bool)[codes]

@@ -181,9 +181,8 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         where = window_of(trace, windows)
         count = len(windows)
         cpu_ms = float(windows["dur"].mean() / 1e3) if count else 0.0
-    on_gpu = (
-        (device == "cuda") if device else bool(len(trace.gpu_activity) or len(trace.of_category(*LAUNCH_CATEGORIES)))
-    )
+    launches_any = len(trace.gpu_activity) or trace.texts.isin("cat", LAUNCH_CATEGORIES).any()
+    on_gpu = (device == "cuda") if device else bool(launches_any)
 
     inside = np.flatnonzero(s.is_aten & (where >= 0))
     parents = s.parent[inside]
@@ -206,7 +205,7 @@ def window_stats(trace: Trace, name: str | None = FORWARD, device: str | None = 
         gpu = gpu.assign(window=0)
 
     # Allocations count on any thread of the process: the backward allocates on autograd's thread.
-    peak, retained = memory_levels(ev, launched_in, device_type=1 if on_gpu else 0)
+    peak, retained = memory_levels(trace, launched_in, device_type=1 if on_gpu else 0)
     device_ms = None
     if len(gpu):
         spans = gpu.groupby("window").agg(start=("ts", "min"), stop=("end", "max"))
@@ -332,13 +331,15 @@ def window_table(trace: Trace, names: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=WINDOW_COLUMNS)
 
 
-def memory_levels(events: pd.DataFrame, where: np.ndarray, device_type: int) -> tuple[int, int]:
+def memory_levels(trace: Trace, where: np.ndarray, device_type: int) -> tuple[int, int]:
     """Bytes allocated above the level just before a window: the highest inside it, and what is left at its end.
 
     The peak is the max over windows; what is left (memory a forward keeps for its backward: the
     output and the saved tensors) is the mean over windows. Both from the profiler's `[memory]` events.
     """
-    memory = events[(events["name"] == "[memory]") & (events["device_type"] == device_type) & (where >= 0)]
+    events = trace.events
+    on_device = (events["device_type"] == device_type).to_numpy()
+    memory = events[trace.texts.equals("name", "[memory]") & on_device & (where >= 0)]
     if memory.empty:
         return 0, 0
     memory = memory.assign(window=where[memory.index]).sort_values("ts", kind="stable")

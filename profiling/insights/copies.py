@@ -182,7 +182,7 @@ def gqa_heads(ev: Evidence) -> dict[str, Any] | None:
         kv_heads = int(ev.spec.kv_heads or heads)
         return {"source": "spec", "heads": heads, "kv_heads": kv_heads} if kv_heads < heads else None
     events = ev.trace.events
-    attention = events[events["name"].isin(HEAD_AXIS) & (events["cat"] == "cpu_op")]
+    attention = events[ev.trace.texts.isin("name", HEAD_AXIS) & ev.trace.texts.equals("cat", "cpu_op")]
     seen: set[tuple[str, int]] = set()  # the reader shares one Input Dims object per distinct value
     for name, dims in zip(attention["name"], attention["input_dims"], strict=True):
         if (name, id(dims)) in seen:
