@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 from pathlib import Path
 
 import orjson
@@ -110,7 +111,11 @@ def replicate(source: Path, copies: int, out: Path) -> tuple[int, int]:
     document = orjson.loads(gzip.decompress(source.read_bytes()))
     events = [e for e in document.pop("traceEvents") if isinstance(e, dict)]
     times = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events if isinstance(e.get("ts"), (int, float))]
-    span = max(end for _, end in times) - min(start for start, _ in times) + 1000.0
+    span = max(end for _, end in times) - min(start for start, _ in times) + 1000
+    if all(type(start) is int for start, _ in times):
+        # Whole µs, so each copy's starts are written as the source wrote them: a `.0` on every one would make
+        # the reader rewrite times (profiling/timestamps.py) that the source never asks it to.
+        span = math.ceil(span)
     id_step = 1 + max(_ids(events), default=0)
     step_step = 1 + max((_step(e) for e in events), default=-1)
     head = orjson.dumps(document)[:-1] + (b',"traceEvents":[' if document else b'"traceEvents":[')

@@ -34,6 +34,7 @@ from profiling.columns import (
     _plain_numbers,
 )
 from profiling.lane_names import LANE_NAME_KINDS
+from profiling.timestamps import rebased, relative_times
 
 # A missing number reads as this one NaN object: numpy converts a list of floats many times faster
 # than one holding None, and `list.count` finds it by identity when a whole column is missing.
@@ -109,7 +110,13 @@ if msgspec is not None:
         tid: _Lane = None
         args: _Args = msgspec.field(default_factory=_Args)
 
+    class _EventTsText(_Event, gc=False):
+        """An `_Event` whose `ts` is kept as its JSON text, for `timestamps.relative_times` to read exactly."""
+
+        ts: _Raw = NO_RAW
+
     _DECODER = msgspec.json.Decoder(list[_Event])
+    _DECODER_TS_TEXT = msgspec.json.Decoder(list[_EventTsText])
     _ERRORS: tuple[type[Exception], ...] = (msgspec.ValidationError, msgspec.DecodeError)
 
 # The numeric args keys typed to take text too (`_NumberOrText`); the others' values are floats or null.
@@ -129,8 +136,9 @@ def available() -> bool:
     return msgspec is not None
 
 
-def typed_rows(text: bytes) -> TypedRows | None:
-    """The batch `[e1,...]` as typed rows, or None where the schema refuses it (read it by the reference then)."""
+def typed_rows(text: bytes, base: int = 0) -> TypedRows | None:
+    """The batch `[e1,...]` as typed rows, its `ts` relative to `base` µs as `timestamps.rebased` text reads,
+    or None where the schema refuses it (read it by the reference then)."""
     if msgspec is None:
         return None
     if not text.isascii():
@@ -139,17 +147,35 @@ def typed_rows(text: bytes) -> TypedRows | None:
         except UnicodeDecodeError:
             return None
     try:
+        if base:
+            rows = _rows_rebased(text, base)
+            if rows is not None:
+                return rows
+            text = rebased(text, base)
         return TypedRows(_DECODER.decode(text))
     except _ERRORS:
         return None
+
+
+def _rows_rebased(text: bytes, base: int) -> TypedRows | None:
+    """The rows with each `ts` read from its own text relative to `base` (`relative_times`): no rewrite of the
+    batch's text, which cost a regex pass over it. None unless every `"ts"` key in the text is an event's
+    (`rebased` rewrites one inside args too, and the reference reads what it wrote) and written alike."""
+    events = _DECODER_TS_TEXT.decode(text)
+    raws = [event.ts for event in events]
+    if text.count(b'"ts"') != len(raws) - raws.count(NO_RAW):
+        return None
+    times = relative_times(raws, base)
+    return None if times is None else TypedRows(events, times)
 
 
 class TypedRows:
     """Events decoded into `_Event` Structs; each Struct's fields are transposed into columns in C
     (`zip(*map(astuple, ...))`: three times faster than one `attrgetter` pass per field)."""
 
-    def __init__(self, events: list[Any]) -> None:
+    def __init__(self, events: list[Any], times: list[float] | None = None) -> None:
         self.events = events
+        self.times = times  # the `ts` column where read apart from the Structs (`_rows_rebased`)
         self._fields: dict[str, Sequence[Any]] | None = None
         self._args: dict[str, Sequence[Any]] | None = None
 
@@ -157,12 +183,15 @@ class TypedRows:
         return len(self.events)
 
     def field(self, key: str) -> Sequence[Any]:
+        if key == "ts" and self.times is not None:
+            return self.times
         if self._fields is None:
             self._fields = _transposed(self.events, _Event.__struct_fields__)
         return self._fields[key]
 
     def take(self, rows: list[int]) -> TypedRows:
-        return TypedRows([self.events[i] for i in rows])
+        times = None if self.times is None else [self.times[i] for i in rows]
+        return TypedRows([self.events[i] for i in rows], times)
 
     def _arg_list(self, key: str) -> Sequence[Any]:
         if self._args is None:

@@ -148,14 +148,13 @@ def decode_batch(text: bytes, base: int, source: str = "trace", typed: bool = Tr
 
     The typed decoder where its schema takes the batch; else, or with `typed` False, the reference
     (orjson or the stdlib into dicts), whose error a batch that is not valid JSON raises."""
-    text = rebased(text, base)
-    rows = typed_rows(text) if typed else None
+    rows = typed_rows(text, base) if typed else None
     if rows is not None:
         try:
             return block_of(rows, len(rows), base)
         except (_JSONError, UnicodeDecodeError):  # a nested value orjson refuses: the reference says so
             pass
-    batch = _parse(text, source)
+    batch = _parse(rebased(text, base), source)
     events = [e for e in batch if type(e) is dict]
     return block_of(DictRows(events), len(batch), base)
 

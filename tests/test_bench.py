@@ -187,3 +187,25 @@ def test_job_scale_wait_stops_when_the_scheduler_exits_or_stays_silent(tmp_path)
     finally:
         silent.kill()
         silent.wait()
+
+
+def test_a_replica_writes_each_copy_as_the_source_wrote_it(tmp_path):
+    """Whole-µs times stay whole numbers (no `.0`, which would make the reader rebase every time), each copy
+    starts past the previous one's end, and the reader keeps every event; checked on the JSON text."""
+    import gzip
+    import json
+
+    from bench.synthetic import replicate
+    from tests.conftest import DATA
+
+    source = DATA / "sampled_training_rank0.json.gz"
+    events, _ = replicate(source, 2, tmp_path / "r2.json.gz")
+    original = [e for e in json.loads(gzip.decompress(source.read_bytes()))["traceEvents"] if isinstance(e, dict)]
+    copies = json.loads(gzip.decompress((tmp_path / "r2.json.gz").read_bytes()))["traceEvents"]
+    assert events == len(copies) == 2 * len(original)
+    assert [type(e.get("ts")) for e in copies] == [type(e.get("ts")) for e in original] * 2
+    first, second = copies[: len(original)], copies[len(original) :]
+    timed = [e for e in first if e.get("ph") != "M" and "ts" in e]
+    end = max(e["ts"] + e.get("dur", 0) for e in timed)
+    assert min(e["ts"] for e in second if e.get("ph") != "M" and "ts" in e) > end
+    assert load_trace(tmp_path / "r2.json.gz").ts_base_us == 0
