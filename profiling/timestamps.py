@@ -1,7 +1,8 @@
 """Epoch timestamps with nanosecond digits, read relative to a base so that no digit is lost.
 
-`Rebase` decides a base, and `rebased` rewrites each batch of `traceEvents` text relative to it before any
-parser turns its `ts` into floats; the reader keeps the base on the trace (`RawTrace.ts_base_us`).
+`Rebase` decides a base; `relative_times` reads a batch's `ts` texts relative to it, and where a batch's are
+not all plainly written, `rebased` rewrites its text relative to it before any parser turns its `ts` into
+floats. The reader keeps the base on the trace (`RawTrace.ts_base_us`).
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ _EXACT = Context(prec=64)  # a rewritten value's digits: far more than float64 k
 
 
 class Rebase:
-    """Decides the base that every batch's `"ts":` numbers are rewritten relative to (`rebased`), in the text.
+    """Decides the base that every batch's `"ts":` numbers are read relative to (`relative_times`, `rebased`).
 
     The base is decided once, by the first `"ts":` number of the events: REBASE_MARGIN_US before its
     whole microseconds where it is written with a fraction or an exponent and lies from
     REBASE_FROM_US to MAX_TIME_US; else 0, and nothing is rewritten (whole numbers are exact in
-    float64 up to 2**53, 285 years of µs). Deciding is a search in the first batch; the rewriting, a pure
-    function of a batch and the base, may run wherever the batch is decoded (profiling/reader_pool.py).
+    float64 up to 2**53, 285 years of µs). Deciding is a search in the first batch; the reading relative to it,
+    a pure function of a batch and the base, runs wherever the batch is decoded (profiling/reader_pool.py).
     """
 
     def __init__(self) -> None:
@@ -64,9 +65,6 @@ class Rebase:
                 return 0
             self.base = _base_of(first.group(1))
         return self.base
-
-    def __call__(self, batch: bytes) -> bytes:
-        return rebased(batch, self.settle(batch))
 
 
 def rebased(batch: bytes, base: int) -> bytes:
@@ -110,24 +108,30 @@ def relative_times(values: Sequence[bytes], base: int) -> list[float] | None:
 
 def _of_width(values: Sequence[bytes], width: int, base: int) -> list[float] | None:
     """`relative_times` of values all `width` bytes long, where each is written alike."""
-    text = np.frombuffer(b"".join(values), np.uint8).reshape(-1, width)
-    point = bytes(text[0]).find(b".")
-    whole_digits, scale = (width, 0) if point < 0 else (point, width - point - 1)  # scale: fraction digits
-    # Past 17 digits a time passes MAX_TIME_US; past 15 fraction digits 10**scale alone passes 2**53.
-    if not (0 < whole_digits <= 17 and (point < 0 or 0 < scale <= 15)):
+    text = np.frombuffer(b"".join(values), np.uint8).reshape(len(values), width)
+    head = bytes(text[0])
+    has_point = b"." in head
+    whole_digits = head.find(b".") if has_point else width
+    scale = width - whole_digits - 1 if has_point else 0  # fraction digits
+    # Past 17 whole digits a time passes MAX_TIME_US; JSON wants a digit before a point and after it.
+    if not 0 < whole_digits <= 17 or (has_point and scale == 0):
         return None
-    digits = (text if point < 0 else np.delete(text, point, axis=1)) - ord("0")  # uint8: below "0" wraps past 9
+    digits = (np.delete(text, whole_digits, axis=1) if has_point else text) - ord("0")  # uint8: below "0" wraps
     leading_zero = whole_digits > 1 and (digits[:, 0] == 0).any()  # not JSON: the parser refuses the batch
-    if leading_zero or (digits > 9).any() or (point >= 0 and (text[:, point] != ord(".")).any()):
+    if leading_zero or (digits > 9).any() or (has_point and (text[:, whole_digits] != ord(".")).any()):
         return None
-    powers = 10 ** np.arange(max(whole_digits, scale) - 1, -1, -1, dtype=np.int64)
-    whole = digits[:, :whole_digits].astype(np.int64) @ powers[-whole_digits:]  # < 10**17: no overflow
+    whole = digits[:, :whole_digits].astype(np.int64) @ _powers_of_ten(whole_digits)  # < 10**17: no overflow
     if (whole < base).any() or (int(whole.max()) - base + 1) * 10**scale > 2**53:
         return None
     exact = (whole - base) * 10**scale
-    if scale:
-        exact += digits[:, whole_digits:].astype(np.int64) @ powers[-scale:]
+    if scale:  # at most 15 digits here: 10**16 alone passes 2**53
+        exact += digits[:, whole_digits:].astype(np.int64) @ _powers_of_ten(scale)
     return (exact / 10.0**scale).tolist()
+
+
+def _powers_of_ten(count: int) -> np.ndarray:
+    """10**(count-1), ..., 10, 1: the place values of `count` digits."""
+    return np.int64(10) ** np.arange(count)[::-1]
 
 
 def _relative(match: re.Match[bytes], base: int) -> bytes:

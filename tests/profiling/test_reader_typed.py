@@ -50,7 +50,7 @@ def _typed_batches(data: bytes) -> tuple[int, int]:
     for at in range(0, len(data), 1 << 20):
         for batch in splitter.feed(data[at : at + (1 << 20)]):
             batches += 1
-            refused += decode.typed_rows(rebase(batch)) is None
+            refused += decode.typed_rows(batch, rebase.settle(batch)) is None
     return batches, refused
 
 

@@ -72,10 +72,58 @@ def test_a_kineto_time_is_the_exact_decimal_rounded_once(offset, ns):
         [b"1700000000000001.5", b"1700000000000001.5x"],  # one odd value among plain ones
         [b"17000000000000.012", b"1700000000000.0123"],  # one length, the point moves
         [b"01700000000000001.5"],  # a leading zero: not JSON
+        [b"1700000000000001."],  # a point without digits after it: not JSON
+        [b"17:0000000000001.5"],  # the byte after "9"
+        [b"1700000000000001.5", b"1700000000000001:5"],  # the point's place holds another byte in one value
+        [b"1700000000000001.0000000000000001"],  # 16 fraction digits
     ],
 )
 def test_what_is_not_written_alike_is_left_to_the_rewrite(texts):
     assert relative_times(texts, BASE) is None
+
+
+@pytest.mark.parametrize(
+    ("texts", "want"),
+    [
+        ([b"0", b"7"], [0.0, 7.0]),  # one digit, a zero too
+        ([b"0.5"], [0.5]),
+        ([b"05"], None),  # a leading zero: not JSON
+        ([b".5"], None),  # no whole digits: not JSON
+        ([b"-5"], None),
+    ],
+)
+def test_small_values_on_a_zero_base(texts, want):
+    assert relative_times(texts, 0) == want
+
+
+_SPAN = 2**53  # the values read exactly: a whole number of 10**-scale µs below it
+
+
+@pytest.mark.parametrize(
+    ("text", "exact"),
+    [
+        (b"%d" % (BASE + _SPAN - 1), True),  # 17 whole digits, the largest whole number read
+        (b"%d" % (BASE + _SPAN), False),
+        (b"%d.999" % (BASE + _SPAN // 1000 - 1), True),  # the largest read with three fraction digits
+        (b"%d.000" % (BASE + _SPAN // 1000), False),
+        (b"%d.%s" % (BASE, b"9" * 15), True),  # 15 fraction digits
+        (b"%d.5" % (BASE + 2**64), False),  # 20 whole digits, which int64 would wrap back to the base
+        (b"%d.%s" % (BASE, b"0" * 16), False),  # 16 fraction digits: 10**16 alone passes 2**53
+    ],
+)
+def test_read_exactly_up_to_2_53_and_refused_past_it(text: bytes, exact: bool) -> None:
+    have = relative_times([text], BASE)
+    if exact:
+        assert have == [float(Decimal(text.decode()) - BASE)]
+    else:
+        assert have is None
+
+
+def test_past_max_time_us_is_left_to_the_rewrite_which_reads_it_as_missing():
+    base = 10**17 - REBASE_MARGIN_US  # a first time just under MAX_TIME_US gives this base
+    value = b"100000000000000000.5"  # 18 whole digits, half a µs past MAX_TIME_US
+    assert relative_times([value], base) is None
+    assert json.loads(rebased(b'[{"ts":' + value + b"}]", base)) == [{"ts": None}]
 
 
 def test_missing_times_are_nan_and_no_values_no_rows():
@@ -114,3 +162,32 @@ def test_a_ts_key_inside_args_sends_the_batch_to_the_rewrite_which_rewrites_it_t
     have, want = read_text(data), read_text(data, typed=False)
     assert have.columns["ts"].tolist() == want.columns["ts"].tolist()
     assert have.columns["concrete_inputs"].tolist() == want.columns["concrete_inputs"].tolist()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"1.7e15",  # an exponent
+        b"-5.5",
+        b"1698000000000000.25",  # before the base: the fraction is subtracted too
+        b"1700000000000000",  # whole: stays whole
+        b"1e18",  # past MAX_TIME_US: null
+        b"%d.5" % BASE,  # at the base
+        b"%d.0000001e0" % BASE,  # a tenth of a ns past the base: written out, not as 1E-7
+        b"17E14",  # an exponent, capital
+        b"17e14",  # an exponent without a point
+        b"100000000000000000",  # MAX_TIME_US itself: still a time
+    ],
+)
+def test_the_rewrite_of_any_other_value_is_exact(text):
+    """`rebased`, where `relative_times` refuses: every value of the batch, the plain one beside it too, as
+    the exact decimal minus the base, a whole number kept whole, null past MAX_TIME_US."""
+    plain = b"1700000000000001.125"
+    batch = b'[{"ts":' + plain + b'},{"ts": ' + text + b"}]"
+    have = [e["ts"] for e in json.loads(rebased(batch, BASE), parse_float=Decimal)]
+    value = Decimal(text.decode())
+    want = None if abs(value) > Decimal(10**17) else value - BASE
+    if want is not None and not any(mark in text for mark in b".eE"):  # a fraction or an exponent: a float
+        want = int(want)
+    assert have == [Decimal(plain.decode()) - BASE, want]
+    assert type(have[1]) is type(want)
