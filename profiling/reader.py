@@ -11,7 +11,7 @@ The pipeline, one chunk at a time; the list of all events never exists:
    (msgspec, profiling/decode.py), or, where that schema refuses an odd value and on a bare install,
    by the reference route: orjson (the stdlib `json` without it) into dicts; both end in the same
    column builder (profiling/columns.py), which cuts names to `MAX_NAME_CHARS` (profiling/names.py);
-5. with two or more CPUs and a large trace, step 4 (with the rewrite of `ts`, profiling/timestamps.py) is
+5. with two or more CPUs and a large trace, step 4 (with `ts` read relative to a base, profiling/timestamps.py) is
    shared with a forked helper process, several batches ahead, while this one inflates and scans; when
    the helper is behind, this one decodes the next batch itself; the blocks merge in order
    (profiling/reader_pool.py).
@@ -21,7 +21,8 @@ Throughput per stage (CPU, MB/s of JSON) on a 248 MB replica of tests/data/sampl
     stage                 orjson route (before)   typed route (after)
     inflate               394                     373-490
     scan (split)          ~150 (1.65 s)           175 (1.42 s)
-    Rebase (ns epochs)    215                     220 (unchanged, profiling/timestamps.py)
+    Rebase (ns epochs)    215                     220 (a regex rewrite; since 2026-12-06 `relative_times`
+                                                  reads plain `ts` texts without it: -10% decode time)
     parse                 59 (orjson into dicts)  200-256 (msgspec into Structs)
     columns               52                      76-100 (block_of) + 240-700 (append)
     whole read_path       24 (10.5 s)             38-42 (5.9-6.7 s) on one core
