@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from profiling import intervals as iv
-from profiling.idle_time import idle_breakdown_us, stream_keys
+from profiling.idle_time import idle_breakdown_us, stream_codes
 from profiling.step_breakdown import adjusted_steps, step_names, steps_span
 from profiling.structure import structure
 from profiling.trace import LAUNCH_CATEGORIES, Trace, per_trace
@@ -204,21 +205,25 @@ def launch_stats(trace: Trace) -> LaunchStats | None:
     if steps.empty:
         return None
     lo, hi = float(steps["start"].iloc[0]), float(steps["end"].iloc[-1])
-    # Stream keys as idle_breakdown_us makes them, over all GPU activity, so the two name streams alike.
+    # Stream keys as idle_breakdown_us makes them, over all GPU activity, so the two name streams alike; only
+    # the columns read here are taken, not the whole frame's.
     gpu = trace.gpu_activity
     gpu = gpu[gpu["stream"].notna() & gpu["stream"].ge(0)]
-    keys = stream_keys(gpu).to_numpy() if len(gpu) else np.empty(0, dtype=object)
-    chosen = (gpu["cat"].to_numpy() == "kernel") & (gpu["ts"].to_numpy() >= lo) & (gpu["ts"].to_numpy() <= hi)
-    kernels, keys = gpu[chosen], keys[chosen]
-    if kernels.empty:
+    codes, keys = stream_codes(gpu)
+    ts, end, dur = (gpu[column].to_numpy() for column in ("ts", "end", "dur"))
+    chosen = np.flatnonzero((gpu["cat"].to_numpy() == "kernel") & (ts >= lo) & (ts <= hi))
+    if not len(chosen):
         return None
-    busiest = str(kernels["dur"].groupby(keys).sum().idxmax())
+    # Codes follow the keys' sorted order, so the first stream of the most time is the one grouping the keys finds.
+    busiest_code = int(pd.Series(dur[chosen]).groupby(codes[chosen]).sum().idxmax())
+    busiest = str(keys[busiest_code])
     waits = idle_breakdown_us(trace).get(busiest, {})
-    on_stream = kernels[keys == busiest].sort_values("ts", kind="stable")
+    on_stream = chosen[codes[chosen] == busiest_code]
+    on_stream = on_stream[np.argsort(ts[on_stream], kind="stable")]
     # A gap is from the end of all earlier work on the stream (its union's reach) to the next start, as in
     # idle_time: a kernel inside a longer earlier one leaves no gap.
-    reach = np.maximum.accumulate(on_stream["end"].to_numpy())
-    gaps = np.clip(on_stream["ts"].to_numpy()[1:] - reach[:-1], 0.0, None)
+    reach = np.maximum.accumulate(end[on_stream])
+    gaps = np.clip(ts[on_stream][1:] - reach[:-1], 0.0, None)
     widest = int(np.argmax(gaps)) if len(gaps) else None
     return LaunchStats(
         graph_launches=graph_launches(trace),
@@ -226,9 +231,9 @@ def launch_stats(trace: Trace) -> LaunchStats | None:
         span_us=hi - lo,
         stream=busiest,
         host_wait_us=float(waits.get("host_wait", 0.0)),
-        kernels=len(kernels),
-        median_kernel_us=float(np.median(kernels["dur"].to_numpy())),
+        kernels=len(chosen),
+        median_kernel_us=float(np.median(dur[chosen])),
         median_gap_us=float(np.median(gaps)) if len(gaps) else None,
-        ts=float(on_stream["ts"].iloc[widest + 1]) if widest is not None else None,
+        ts=float(ts[on_stream][widest + 1]) if widest is not None else None,
         widest_gap_us=float(gaps[widest]) if widest is not None else None,
     )

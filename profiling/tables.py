@@ -91,28 +91,28 @@ def op_table_from_trace(trace: Trace, with_annotations: bool = False) -> pd.Data
     del owner, child_dur
     self_device = launched_device_time(trace)
     total_device = propagate_up(self_device, parent, s.depth)
-    names = ev["name"].to_numpy()
+    # Names by their codes (`trace.texts`): equal codes are equal names, compared and grouped as integers.
+    names, texts = trace.texts.codes("name")
     representative = merged_into_parent(names, parent, children)
     del children
     self_cpu = np.bincount(representative, weights=self_cpu, minlength=len(ev))
     self_device = np.bincount(representative, weights=self_device, minlength=len(ev))
-    cat = ev["cat"].to_numpy()
-    is_op = cat == "cpu_op"
-    keep = (is_op | (with_annotations & (cat == "user_annotation"))) & (representative == np.arange(len(ev)))
+    is_op = trace.texts.equals("cat", "cpu_op")
+    is_kept = is_op | (with_annotations & trace.texts.equals("cat", "user_annotation"))
+    keep = is_kept & (representative == np.arange(len(ev))) & (names >= 0)  # a missing name is in no group
     del representative
     keep = np.flatnonzero(keep)
     frame = pd.DataFrame(
         {
             "name": names[keep],
-            # Text only for the rows kept: a fixed-width string per event is 40 bytes x every event.
-            "kind": np.where(is_op[keep], OP, ANNOTATION).astype(f"<U{len(ANNOTATION)}"),
+            "is_op": is_op[keep],
             "self_cpu": self_cpu[keep],
             "total_cpu": dur[keep],
             "self_dev": self_device[keep],
             "total_dev": total_device[keep],
         }
     )
-    return _aggregate_ops(frame)
+    return _aggregate_ops(frame, texts)
 
 
 def shared_correlation_launches(trace: Trace) -> int:
@@ -135,8 +135,9 @@ def launched_device_time(trace: Trace) -> np.ndarray:
     return np.bincount(owner[launches], weights=launch_time, minlength=len(ev))
 
 
-def _aggregate_ops(frame: pd.DataFrame) -> pd.DataFrame:
-    grouped = frame.groupby(["kind", "name"], sort=False).agg(
+def _aggregate_ops(frame: pd.DataFrame, texts: np.ndarray) -> pd.DataFrame:
+    """One row per (kind, name) of `frame`'s rows, whose names are codes into `texts`."""
+    grouped = frame.groupby(["is_op", "name"], sort=False).agg(
         calls=("self_cpu", "size"),
         self_cpu=("self_cpu", "sum"),
         total_cpu=("total_cpu", "sum"),
@@ -145,7 +146,7 @@ def _aggregate_ops(frame: pd.DataFrame) -> pd.DataFrame:
     )
     table = pd.DataFrame(
         {
-            "name": grouped.index.get_level_values("name"),
+            "name": texts[grouped.index.get_level_values("name").to_numpy()],
             "calls": grouped["calls"].to_numpy(),
             "self cpu (us)": grouped["self_cpu"].to_numpy(),
             "total cpu (us)": grouped["total_cpu"].to_numpy(),
@@ -153,7 +154,7 @@ def _aggregate_ops(frame: pd.DataFrame) -> pd.DataFrame:
             "self device (us)": grouped["self_dev"].to_numpy(),
             "total device (us)": grouped["total_dev"].to_numpy(),
             "avg device (us)": (grouped["total_dev"] / grouped["calls"]).to_numpy(),
-            "kind": grouped.index.get_level_values("kind"),
+            "kind": np.where(grouped.index.get_level_values("is_op").to_numpy(dtype=bool), OP, ANNOTATION),
         },
         columns=OP_COLUMNS,
     )
@@ -230,18 +231,27 @@ def launching_ops(trace: Trace) -> pd.Series:
     parent = launch_owners(trace)
     launches = first_launches(trace)
     launches = launches[parent[launches] >= 0]
-    op_of_launch = pd.Series(ev["name"].to_numpy()[parent[launches]], index=ev["correlation"].to_numpy()[launches])
+    names, texts = trace.texts.codes("name")
+    op_codes = names[parent[launches]].astype(np.float64)
+    op_codes[op_codes < 0] = np.nan  # a missing name is no op
+    op_of_launch = pd.Series(op_codes, index=ev["correlation"].to_numpy()[launches])
     gpu = trace.gpu_activity
     op = op_of_launch.reindex(gpu["correlation"].to_numpy()).to_numpy()
-    pairs = pd.DataFrame({"name": gpu["name"].to_numpy(), "op": op})
-    pairs = pairs.dropna()
-    if pairs.empty:
+    kernel = gpu["name"].cat.codes.to_numpy()
+    paired = ~np.isnan(op) & (kernel >= 0)
+    if not paired.any():
         return pd.Series(dtype=object)
-    # One count per (name, op) in order of first sight, then the largest per name: no Python per name.
-    counts = pairs.groupby(["name", "op"], sort=False).size()
+    # One count per (name, op) in order of first sight, then the largest per name: no Python per name. Codes
+    # stand for the texts one to one, so the groups and their order are the texts'.
+    counts = (
+        pd.Series(np.ones(int(paired.sum()), np.int64))
+        .groupby([kernel[paired], op[paired].astype(np.int64)], sort=False)
+        .size()
+    )
     best = counts.iloc[np.argsort(-counts.to_numpy(), kind="stable")]
-    best = best[~best.index.get_level_values("name").duplicated()]
-    return pd.Series(best.index.get_level_values("op"), index=best.index.get_level_values("name"))
+    best = best[~best.index.get_level_values(0).duplicated()]
+    kernel_names = gpu["name"].cat.categories.to_numpy(dtype=object)[best.index.get_level_values(0).to_numpy()]
+    return pd.Series(texts[best.index.get_level_values(1).to_numpy()], index=kernel_names)
 
 
 # Characters of a trace's string shown in a table cell: the one bound on names (`names.MAX_NAME_CHARS`),
