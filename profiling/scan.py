@@ -198,8 +198,9 @@ class Splitter:
         kinds = np.frombuffer(clean, np.uint8)[hits]
         quote = kinds == _QUOTE
         # A mark is outside strings when an even number of quotes came before it (escapes are blanked):
-        # the running parity of quotes, by a byte-wide xor (a non-quote mark's parity is that before it).
-        parity = np.bitwise_xor.accumulate(quote.view(np.uint8))
+        # the running count of quotes, odd or even (a non-quote mark's count is that before it). A count's
+        # cumsum and its low bit take a third of the time of a running xor, which numpy does not vectorise.
+        parity = np.cumsum(quote, dtype=np.int32) & 1  # int32: a chunk holds < 2**31 marks
         outside = (parity == self.in_string) & ~quote
         marks, kinds = hits[outside], kinds[outside]
         if len(parity):

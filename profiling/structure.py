@@ -79,18 +79,37 @@ def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndar
     rows = np.flatnonzero(complete)
     lanes = (lanes_of(events) if lanes is None else lanes)[rows]
     ts, end = events["ts"].to_numpy()[rows], events["end"].to_numpy()[rows]
-    # Parents before children: by lane, then start, then the longer first.
-    order = np.lexsort((-(end - ts), ts, lanes))
+    order = nesting_order(lanes, ts, end)
     # Python floats and ints from lists: indexing numpy arrays per element costs 3x the loop itself.
     # Converted a block at a time: lists of a whole big trace would take ~100 bytes per event.
     sorted_rows, state = rows[order], _WalkState()
     for at in range(0, len(order), WALK_BLOCK):
         block = slice(at, at + WALK_BLOCK)
         picked = order[block]
-        depth[sorted_rows[block]], parent[sorted_rows[block]] = _walk(
-            lanes[picked].tolist(), ts[picked].tolist(), end[picked].tolist(), sorted_rows[block].tolist(), state
-        )
+        depths, parents = _walk(lanes[picked].tolist(), ts[picked].tolist(), end[picked].tolist(), at, state)
+        parents = np.asarray(parents, dtype=np.int64)  # positions in `order`, -1 for none
+        depth[sorted_rows[block]] = depths
+        parent[sorted_rows[block]] = np.where(parents >= 0, sorted_rows[np.clip(parents, 0, None)], -1)
     return depth, parent
+
+
+def nesting_order(lanes: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The events by lane, then start, then the longer first (parents before children): `np.lexsort((-(end -
+    ts), ts, lanes))`, sorted by lane and start only, then by length within each run of equal starts alone.
+
+    Sorting every event by length first cost 5x the two keys (lengths are in no order; starts nearly are),
+    and equal starts are few. NaN starts sort last on their lane and count as equal, as lexsort has them."""
+    order = np.lexsort((ts, lanes))
+    lane, start = lanes[order], ts[order]
+    tied = (lane[1:] == lane[:-1]) & ((start[1:] == start[:-1]) | (np.isnan(start[1:]) & np.isnan(start[:-1])))
+    if not tied.any():
+        return order
+    # The runs of equal (lane, start) of two or more events, each sorted by its length (stable: ties keep order).
+    in_run = np.append(tied, False) | np.insert(tied, 0, False)
+    run = np.cumsum(np.insert(~tied, 0, True))[in_run]
+    members = order[in_run]
+    order[in_run] = members[np.lexsort((-(end[members] - ts[members]), run))]
+    return order
 
 
 WALK_BLOCK = 1 << 18
@@ -100,7 +119,7 @@ END_SLACK_US = 1e-3  # 1 ns: how far a child's end may pass its parent's
 @dataclass
 class _WalkState:
     """Where a nesting walk stands between blocks: the lane it is on and its open events, each as
-    (stop, stop + END_SLACK_US, row)."""
+    (stop, stop + END_SLACK_US, position in the nesting order)."""
 
     lane: int | None = None
     stack: list[tuple[float, float, int]] = field(default_factory=list)
@@ -110,9 +129,10 @@ _NONE_OPEN = (math.inf, -math.inf, -1)  # the open event when there is none: ado
 
 
 def _walk(
-    lanes: list[int], starts: list[float], stops: list[float], rows: list[int], state: _WalkState
+    lanes: list[int], starts: list[float], stops: list[float], first: int, state: _WalkState
 ) -> tuple[list[int], list[int]]:
-    """Depth and parent row of each event, given in nesting order (by lane, start, longer first).
+    """Depth and parent of each event, given in nesting order (by lane, start, longer first) from position
+    `first` of that order; a parent is a position in that order too (-1 for none).
 
     torch's `EventList._populate_cpu_children` (torch/autograd/profiler_util.py): the open event adopts only
     what starts before it ends and ends by its end. An event that starts where the open one ends is its
@@ -121,25 +141,25 @@ def _walk(
     gets END_SLACK_US: a child may overhang its parent by a rounding step.
 
     The loop runs once per event of a big trace, so the open event is kept in locals (its stop, its stop
-    plus the slack, its row) rather than read from the stack: 40% less time than indexing the stack.
+    plus the slack, its position) rather than read from the stack: 40% less time than indexing the stack.
     """
     depths: list[int] = []
     parents: list[int] = []
     add_depth, add_parent = depths.append, parents.append
     stack, lane_now = state.stack, state.lane
     push, pop = stack.append, stack.pop
-    top_stop, top_limit, top_row = stack[-1] if stack else _NONE_OPEN
-    for lane, start, stop, row in zip(lanes, starts, stops, rows, strict=True):
+    top_stop, top_limit, top_at = stack[-1] if stack else _NONE_OPEN
+    for lane, start, stop, at in zip(lanes, starts, stops, range(first, first + len(lanes)), strict=True):
         if lane != lane_now:
             lane_now = lane
             stack.clear()
-            top_stop, top_limit, top_row = _NONE_OPEN
+            top_stop, top_limit, top_at = _NONE_OPEN
         while stack and (start >= top_stop or stop > top_limit):
             pop()
-            top_stop, top_limit, top_row = stack[-1] if stack else _NONE_OPEN
+            top_stop, top_limit, top_at = stack[-1] if stack else _NONE_OPEN
         add_depth(len(stack))
-        add_parent(top_row)
-        top_stop, top_limit, top_row = entry = (stop, stop + END_SLACK_US, row)
+        add_parent(top_at)
+        top_stop, top_limit, top_at = entry = (stop, stop + END_SLACK_US, at)
         push(entry)
     state.lane = lane_now
     return depths, parents

@@ -49,22 +49,23 @@ def window_of(
         return np.full(len(ev) if rows is None else len(rows), -1, dtype=np.int64)
     lanes = process_codes(trace) if across_threads else lane_codes(trace)
     window_start, window_stop = windows["ts"].to_numpy(), windows["end"].to_numpy()
-    k = _placed(trace, rows, across_threads).latest_start(lanes[windows.index.to_numpy()], window_start)
+    window, event = _placed(trace, rows, across_threads).members(lanes[windows.index.to_numpy()], window_start)
     ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
-    if rows is not None:
-        ts, end = ts[rows], end[rows]
-    at = np.clip(k, 0, None)
-    ok = (k >= 0) & (ts >= window_start[at]) & (end <= window_stop[at] + 1e-3)
-    return np.where(ok, k, -1)
+    at = event if rows is None else rows[event]
+    ok = (ts[at] >= window_start[window]) & (end[at] <= window_stop[window] + 1e-3)
+    found = np.full(len(ev) if rows is None else len(rows), -1, dtype=np.int64)
+    found[event[ok]] = window[ok]
+    return found
 
 
 @dataclass(frozen=True)
 class LaneTimes:
-    """Events placed once by lane and start, so that each set of windows costs a binary search per event,
-    not a sort of all the events with the windows (`window_table` asks twice per annotation name)."""
+    """Events placed once by lane and start, so that each set of windows costs two binary searches per window
+    and a step per event inside them, not a sort of all the events with the windows (`window_table` asks
+    twice per annotation name)."""
 
-    lanes: np.ndarray  # per event
-    keys: np.ndarray  # per event: lane * span + the rank of its start among `times`; sorts as (lane, start)
+    order: np.ndarray  # the events' positions by key: by lane, then start (of equal keys, in their order)
+    keys: np.ndarray  # in that order, each event's lane * span + the rank of its start among `times`: ascending
     times: np.ndarray  # the events' distinct starts, sorted
     span: int  # more than any rank
 
@@ -72,26 +73,46 @@ class LaneTimes:
     def of(cls, lane: np.ndarray, ts: np.ndarray) -> LaneTimes:
         times, rank = np.unique(ts, return_inverse=True)
         span = len(times) + 1
-        return cls(lane, lane.astype(np.int64) * span + rank.reshape(-1), times, span)
+        keys = lane.astype(np.int64) * span + rank.reshape(-1)
+        order = np.argsort(keys, kind="stable")
+        return cls(order, keys[order], times, span)
 
     def latest_start(self, window_lane: np.ndarray, window_start: np.ndarray) -> np.ndarray:
-        """`latest_start_on_lane(window_lane, window_start, lane, ts)` for these events' lanes and starts: a
-        window's key is its lane's and the rank its start would take among the events' (left of equals), so a
-        window sorts at or before each event of its lane that starts with or after it."""
-        if not len(window_lane):
-            return np.full(len(self.keys), -1, np.int64)
+        """`latest_start_on_lane(window_lane, window_start, lane, ts)` for these events' lanes and starts."""
+        found = np.full(len(self.order), -1, np.int64)
+        window, event = self.members(window_lane, window_start)
+        found[event] = window
+        return found
+
+    def members(self, window_lane: np.ndarray, window_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each event that `latest_start` places in a window, as (window, event) positions, by window.
+
+        A window's key is its lane's and the rank its start would take among the events' starts (left of equals),
+        so it sorts at or before each event of its lane that starts with or after it. The events a window takes
+        are those from its key up to the next window's on its lane (to the lane's end after the last): a range
+        of the events by key, found by two binary searches per window. So a set of windows costs its windows
+        and the events in them, not a search per event of the trace (`window_table` asks twice per name).
+        Of windows with equal keys (equal starts), the last in order takes the events; the others take none.
+        """
+        if not len(window_lane) or not len(self.keys):
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         by_lane = np.lexsort((window_start, window_lane))  # stable: of equal starts, the last in order wins
         lane = window_lane[by_lane].astype(np.int64)
         keys = lane * self.span + np.searchsorted(self.times, window_start[by_lane], "left")
-        found = np.searchsorted(keys, self.keys, "right") - 1
-        at = np.clip(found, 0, None)
-        return np.where((found >= 0) & (lane[at] == self.lanes), by_lane[at], -1)
+        last_on_lane = np.append(lane[1:] != lane[:-1], True)
+        next_keys = np.where(last_on_lane, (lane + 1) * self.span, np.append(keys[1:], 0))
+        first = np.searchsorted(self.keys, keys, "left")
+        counts = np.searchsorted(self.keys, next_keys, "left") - first
+        # The positions first[j] .. first[j] + counts[j] - 1 of every window j, in one array.
+        starts_at = np.cumsum(counts) - counts
+        positions = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(first - starts_at, counts)
+        return np.repeat(by_lane, counts), self.order[positions]
 
 
 def _placed(trace: Trace, rows: np.ndarray | None, across_threads: bool) -> LaneTimes:
     """The LaneTimes of events `rows` (None: all), kept on the trace for the same array of rows (the aten
     ops', the launches': asked once per annotation name). All events' are not kept: asked once per
-    analysis, they would hold 12 bytes an event through it."""
+    analysis, they would hold 16 bytes an event through it."""
     lanes = process_codes(trace) if across_threads else lane_codes(trace)
     ts = trace.events["ts"].to_numpy()
     if rows is None:

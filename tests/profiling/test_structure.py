@@ -2,6 +2,7 @@
 a hostile chain and a real profile at nanosecond resolution."""
 
 import json
+import math
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -10,9 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.profiler import ProfilerActivity, profile
 
-from profiling.structure import nest, propagate_up, structure
+from profiling import structure as structure_module
+from profiling.structure import nest, nesting_order, propagate_up, structure
 from profiling.tables import merged_into_parent, op_table_from_trace
 from profiling.trace import load_trace
 
@@ -148,6 +152,40 @@ def test_nesting_matches_torchs_rule_on_random_boundary_heavy_lanes():
         lanes = rng.integers(1, 3, n)
         intervals = [(int(lane), float(s), float(s + d)) for lane, s, d in zip(lanes, starts, lengths, strict=True)]
         assert _parents(intervals) == _torch_parents(intervals), intervals
+
+
+def test_nesting_in_blocks_of_any_size_carries_the_open_events_across(monkeypatch: pytest.MonkeyPatch):
+    # A big trace is walked a block at a time: the open events, and the parents' positions, carry over.
+    rng = np.random.default_rng(23)
+    for _ in range(100):
+        n = int(rng.integers(1, 30))
+        starts, lengths = rng.integers(0, 10, n), rng.choice([0, 1, 2, 5, 10], n)
+        lanes = rng.integers(1, 3, n)
+        intervals = [(int(lane), float(s), float(s + d)) for lane, s, d in zip(lanes, starts, lengths, strict=True)]
+        want = _torch_parents(intervals)
+        for block in (1, 2, 3, 7):
+            monkeypatch.setattr(structure_module, "WALK_BLOCK", block)
+            assert _parents(intervals) == want, (block, intervals)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.sampled_from([0.0, 1.0, 2.0, 1.7e15, math.nan]),
+            st.sampled_from([0.0, 0.5, 1.0, 3.0, math.nan]),
+        ),
+        max_size=40,
+    )
+)
+def test_the_nesting_order_is_lexsort_by_lane_start_and_longer_first(events):
+    # Sorted by lane and start, then runs of equal starts by length: the same order as the three keys at once.
+    lanes = np.array([e[0] for e in events], dtype=np.int32)
+    ts = np.array([e[1] for e in events], dtype=float)
+    end = ts + np.array([e[2] for e in events], dtype=float)
+    want = np.lexsort((-(end - ts), ts, lanes))
+    assert nesting_order(lanes, ts, end).tolist() == want.tolist()
 
 
 @pytest.fixture(scope="module")
