@@ -88,7 +88,7 @@ def _analyze(trace: Trace, run: Measurement | None, progress: Progress | None) -
     summary["findings"] = [i.record() for i in insights]
     report(0.8, "per-step and per-annotation tables")
     step_windows = steps.head(MAX_STEPS)
-    return Analysis(
+    analysis = Analysis(
         trace=trace,
         forwards=forwards,
         step_windows=step_windows,
@@ -99,6 +99,10 @@ def _analyze(trace: Trace, run: Measurement | None, progress: Progress | None) -
         insights=insights,
         summary=summary,
     )
+    # The events placed by lane and start serve the window tables just built; dropped, they leave the drawing
+    # that follows 12 bytes an aten op and a launch more room (a later view places them again if it asks).
+    trace.derived.lane_times.clear()
+    return analysis
 
 
 def with_breakdown(steps: pd.DataFrame, per_step: pd.DataFrame) -> pd.DataFrame:

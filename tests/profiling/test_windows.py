@@ -2,10 +2,10 @@
 
 import pytest
 
-from profiling.analysis import analyze_file
+from profiling.analysis import analyze, analyze_file
 from profiling.structure import nest
 from profiling.trace import load_trace, parse_trace
-from profiling.windows import annotation_windows, per_window, window_stats
+from profiling.windows import annotation_windows, per_window, window_stats, window_table
 from tests.conftest import DATA
 
 
@@ -94,3 +94,15 @@ def test_launches_sharing_a_correlation_id_count_its_work_once_in_every_table():
     assert (fwd["kernels/window"], fwd["kernel time (us)"]) == (1, 10)
     ops = analysis.op_table.set_index("name")
     assert (ops.loc["aten::add", "self device (us)"], ops.loc["aten::mul", "self device (us)"]) == (10, 0)
+
+
+def test_the_analysis_drops_its_placed_events_and_a_later_table_places_them_again():
+    # The events placed by lane and start are memory held per aten op and launch: kept through the analysis's
+    # window tables only, so the drawing after it has that room.
+    trace = load_trace(DATA / "sampled_training_rank0.json.gz")
+    analysis = analyze(trace)
+    assert not trace.derived.lane_times
+    names = list(analysis.annotations["annotation"])
+    again = window_table(trace, names)
+    assert again.equals(analysis.annotations)
+    assert trace.derived.lane_times  # placed again, for the next table
