@@ -48,3 +48,18 @@ def test_an_op_that_is_the_traces_first_event_launches_too():
     ]
     trace = parse_trace(json.dumps({"traceEvents": events}).encode())
     assert launching_ops(trace).to_dict() == {"my_kernel": "aten::mm"}
+
+
+def test_of_ops_tied_for_most_launches_the_one_whose_launch_came_first_wins():
+    # `aten::a` is met first in the file (so its name has the smaller code), but `aten::b` launched the kernel
+    # first: a count per (kernel, op) grouped in code order, or an unstable sort of the counts, names `aten::a`.
+    events = [
+        _event("aten::a", "cpu_op", 50, 40, 1),
+        _event("cudaLaunchKernel", "cuda_runtime", 60, 5, 1, correlation=1),
+        _event("aten::b", "cpu_op", 0, 40, 1),
+        _event("cudaLaunchKernel", "cuda_runtime", 10, 5, 1, correlation=2),
+        _event("my_kernel", "kernel", 110, 20, 7, correlation=2, device=0, stream=7),
+        _event("my_kernel", "kernel", 140, 20, 7, correlation=1, device=0, stream=7),
+    ]
+    trace = parse_trace(json.dumps({"traceEvents": events}).encode())
+    assert launching_ops(trace).to_dict() == {"my_kernel": "aten::b"}
