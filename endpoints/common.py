@@ -135,7 +135,8 @@ def while_running(
     Why a generator: Gradio closes a generator handler at its next yield when the client leaves
     (a plain handler runs to the end), which sets `cancelled` and kills the run's worker process.
     """
-    from profiling.worker import called_by, until_closed
+    from profiling.closable import until_closed
+    from profiling.worker import called_by
 
     # A handler with one output takes a tuple as that output's value: its "no change" is a bare skip.
     tick = gr.skip() if outputs == 1 else tuple(gr.skip() for _ in range(outputs))

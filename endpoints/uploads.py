@@ -60,7 +60,8 @@ def diff_traces(
         before: a .json or .json.gz Chrome trace from torch.profiler, uploaded here first.
         after: another trace of the same job, after the change.
     """
-    from profiling.trace_diff import diff_text, diff_uploads
+    from profiling.trace_diff import diff_uploads
+    from profiling.trace_diff_text import diff_text
     from profiling.uploads import analyze_time_limit_s
 
     paths = app_file(before, "before"), app_file(after, "after")

@@ -291,7 +291,8 @@ def _print_findings(findings: list[dict[str, Any]]) -> None:
 
 
 def _diff(args: argparse.Namespace) -> None:
-    from profiling.trace_diff import diff_files, diff_text
+    from profiling.trace_diff import diff_files
+    from profiling.trace_diff_text import diff_text
 
     for field in ("before", "after"):
         if Path(getattr(args, field)).is_dir():

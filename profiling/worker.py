@@ -82,7 +82,7 @@ _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", d
 
 def called_by(caller: str | None, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` on behalf of `caller`: worker calls made inside it keep callers apart
-    (see `Worker.call`'s `private`). Call it in a thread or context of its own (`until_closed` does)."""
+    (see `Worker.call`'s `private`). Call it in a thread or context of its own (`closable.until_closed` does)."""
     _caller.set(caller)
     return fn(*args, **kwargs)
 
@@ -345,43 +345,6 @@ class Worker:
 
         with self._lock:
             return fn(*args, progress=report, **kwargs)
-
-
-def until_closed(
-    fn: Callable[..., Any], /, *args: Any, tick: Any = None, heartbeat_s: float = HEARTBEAT_S, **kwargs: Any
-) -> Generator[Any, None, Any]:
-    """Run `fn(*args, cancelled=..., **kwargs)` in a thread; yield `tick` at least every `heartbeat_s`
-    until it returns, then return its value (or raise its exception).
-
-    For Gradio generator handlers around work that makes several worker calls (compare, sweep):
-    `rows = yield from until_closed(compare_all, ..., tick=skips)`. Closing the generator (the
-    client left) makes `cancelled()` true, which `Worker.call(cancelled=...)` turns into a killed
-    child within POLL_S + TERM_GRACE_S; the close waits that long for `fn` to return, no longer.
-    The thread runs in a copy of the caller's context, so gr.Progress still reaches the page.
-    """
-    stop, done = threading.Event(), threading.Event()
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, fn(*args, cancelled=stop.is_set, **kwargs)))
-        except BaseException as exc:  # handed to the generator, which raises it in the caller's thread
-            outcome.append((False, exc))
-        finally:
-            done.set()
-
-    context = contextvars.copy_context()
-    threading.Thread(target=context.run, args=(run,), name="until-closed", daemon=True).start()
-    try:
-        while not done.wait(heartbeat_s):
-            yield tick
-    finally:
-        stop.set()
-        done.wait(POLL_S + TERM_GRACE_S + HEARTBEAT_S)
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
 
 
 _workers: weakref.WeakSet[Worker] = weakref.WeakSet()

@@ -17,10 +17,11 @@ import pandas as pd
 import pytest
 from scipy.stats import mannwhitneyu
 
-from profiling import trace_diff
+from profiling import trace_diff, trace_diff_text
 from profiling.admission import AdmissionError, AnalysisGate, analysis_cost, analysis_need_bytes
 from profiling.trace import TraceError, load_trace
-from profiling.trace_diff import Side, diff_files, diff_sides, diff_text, diff_uploads, name_rows
+from profiling.trace_diff import Side, diff_files, diff_sides, diff_uploads, name_rows
+from profiling.trace_diff_text import diff_text
 from profiling.worker import Worker
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -184,7 +185,7 @@ def test_gpu_pair_top_regressions_are_the_largest_growths(gpu_diff: dict[str, An
 def test_text_fits_120_columns(gpu_diff: dict[str, Any], cpu_diff: dict[str, Any]) -> None:
     for diff in (gpu_diff, cpu_diff):
         lines = diff_text(diff)
-        assert max(len(line) for line in lines) <= trace_diff.TEXT_WIDTH
+        assert max(len(line) for line in lines) <= trace_diff_text.TEXT_WIDTH
 
 
 def _side(step_times: list[float], **summary: Any) -> Side:

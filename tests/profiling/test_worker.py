@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from attention import AttentionSpec, SpecError
+from profiling.closable import until_closed
 from profiling.runner import RunError, measure
 from profiling.trace import TraceError, load_trace
 from profiling.worker import (
@@ -28,7 +29,6 @@ from profiling.worker import (
     Worker,
     default_worker,
     first_call,
-    until_closed,
     worker_enabled,
 )
 from tests.timing_slack import slack
