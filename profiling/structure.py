@@ -80,16 +80,10 @@ def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndar
     lanes = (lanes_of(events) if lanes is None else lanes)[rows]
     ts, end = events["ts"].to_numpy()[rows], events["end"].to_numpy()[rows]
     order = nesting_order(lanes, ts, end)
-    # Python floats and ints from lists: indexing numpy arrays per element costs 3x the loop itself.
-    # Converted a block at a time: lists of a whole big trace would take ~100 bytes per event.
-    sorted_rows, state = rows[order], _WalkState()
-    for at in range(0, len(order), WALK_BLOCK):
-        block = slice(at, at + WALK_BLOCK)
-        picked = order[block]
-        depths, parents = _walk(lanes[picked].tolist(), ts[picked].tolist(), end[picked].tolist(), at, state)
-        parents = np.asarray(parents, dtype=np.int64)  # positions in `order`, -1 for none
-        depth[sorted_rows[block]] = depths
-        parent[sorted_rows[block]] = np.where(parents >= 0, sorted_rows[np.clip(parents, 0, None)], -1)
+    sorted_rows = rows[order]
+    parents = nesting_parents(lanes[order], ts[order], end[order])  # positions in `order`, -1 for none
+    depth[sorted_rows] = chain_depths(parents)
+    parent[sorted_rows] = np.where(parents >= 0, sorted_rows[np.clip(parents, 0, None)], -1)
     return depth, parent
 
 
@@ -114,6 +108,89 @@ def nesting_order(lanes: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndar
 
 WALK_BLOCK = 1 << 18
 END_SLACK_US = 1e-3  # 1 ns: how far a child's end may pass its parent's
+# Rounds of pointer jumping before the events still climbing are walked instead: a round climbs one level of
+# closed ancestors (or doubles a run of closed siblings), and real traces nest ~60 deep at most.
+MAX_JUMP_ROUNDS = 64
+
+
+def nesting_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """The parent of each event given in nesting order, as a position in that order (-1 for none): the walk's
+    (`_walk`, torch's rule), found mostly by whole-array steps, the walk kept for the few stretches that need it.
+
+    The walk's open events before an event are always the event before it, that one's parent, its parent's
+    parent, ... (what lies under an open event never changes while it is open). Its parent is the first of
+    them it does not pop; it pops one that ended by its start (closed: closed for every later event too)
+    or that ends 1 ns before it does (an overhang). Without overhangs, then, the parent is the first event
+    of that chain still open, found for all events at once by pointer jumping (`_open_parents`).
+    An event with no open event before it on its lane starts afresh: the walk's stack is empty there,
+    whatever came before. Between two such events, a stretch with no overhang is exact as jumped (the
+    first overhang in a stretch is seen: up to it the jumps are the walk); a stretch with one is walked.
+    """
+    parents = _open_parents(lanes, starts, stops)
+    climbing = parents == _CLIMBING  # still climbing after MAX_JUMP_ROUNDS: walk their lanes
+    odd_lanes = lanes[~np.isfinite(starts) | ~np.isfinite(stops) | climbing]  # NaN: the walk's comparisons decide
+    stretch = np.cumsum(parents == -1)  # a new stretch at every fresh start (a lane's first event is one)
+    has = np.flatnonzero(parents >= 0)
+    overhangs = has[stops[has] > stops[parents[has]] + END_SLACK_US]
+    walk = np.isin(stretch, stretch[overhangs])
+    if len(odd_lanes):
+        odd = np.isin(lanes, odd_lanes)
+        walk |= odd
+        stretch = np.where(odd, -1 - lanes.astype(np.int64), stretch)  # a whole lane at once
+    return _walked(parents, np.flatnonzero(walk), stretch, starts, stops)
+
+
+_CLIMBING = -2  # an event whose parent the jumping left unknown
+
+
+def _open_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """For each event, the first still open (stop after its start) of the event before it on its lane, that
+    one's parent, ...: each event starts at the one before it and, while that one is closed, jumps to where
+    that one has got to (all it skipped closed before it, so before this one too). -1: none open; _CLIMBING:
+    not found within MAX_JUMP_ROUNDS."""
+    parents = np.full(len(lanes), -1, np.int64)
+    same_lane = np.flatnonzero(lanes[1:] == lanes[:-1])
+    parents[same_lane + 1] = same_lane
+    climbing = same_lane + 1
+    for _ in range(MAX_JUMP_ROUNDS):
+        if not len(climbing):
+            return parents
+        at = parents[climbing]
+        closed = starts[climbing] >= stops[at]
+        climbing, at = climbing[closed], at[closed]
+        parents[climbing] = parents[at]
+        climbing = climbing[parents[climbing] >= 0]
+    parents[climbing] = _CLIMBING
+    return parents
+
+
+def _walked(
+    parents: np.ndarray, walk: np.ndarray, stretch: np.ndarray, starts: np.ndarray, stops: np.ndarray
+) -> np.ndarray:
+    """`parents` with the events at positions `walk` walked, the stack emptied wherever `stretch` changes.
+    Python floats and ints from lists: indexing numpy arrays per element costs 3x the loop itself.
+    Converted a block at a time: lists of a whole big trace would take ~100 bytes per event."""
+    state = _WalkState()
+    for at in range(0, len(walk), WALK_BLOCK):
+        picked = walk[at : at + WALK_BLOCK]
+        found = _walk(stretch[picked].tolist(), starts[picked].tolist(), stops[picked].tolist(), at, state)
+        found = np.asarray(found, dtype=np.int64)  # positions in `walk`
+        parents[picked] = np.where(found >= 0, walk[np.clip(found, 0, None)], -1)
+    return parents
+
+
+def chain_depths(parents: np.ndarray) -> np.ndarray:
+    """How many ancestors each node has, given its parent (-1 for a root; a parent anywhere in the array): by
+    pointer jumping, each round adding the count of the ancestor reached and jumping to that one's."""
+    depths = (parents >= 0).astype(np.int32)
+    up = parents.copy()
+    climbing = np.flatnonzero(up >= 0)
+    while len(climbing):
+        at = up[climbing]
+        depths[climbing] += depths[at]
+        up[climbing] = up[at]
+        climbing = climbing[up[climbing] >= 0]
+    return depths
 
 
 @dataclass
@@ -128,10 +205,8 @@ class _WalkState:
 _NONE_OPEN = (math.inf, -math.inf, -1)  # the open event when there is none: adopts nothing, pops nothing
 
 
-def _walk(
-    lanes: list[int], starts: list[float], stops: list[float], first: int, state: _WalkState
-) -> tuple[list[int], list[int]]:
-    """Depth and parent of each event, given in nesting order (by lane, start, longer first) from position
+def _walk(lanes: list[int], starts: list[float], stops: list[float], first: int, state: _WalkState) -> list[int]:
+    """The parent of each event, given in nesting order (by lane, start, longer first) from position
     `first` of that order; a parent is a position in that order too (-1 for none).
 
     torch's `EventList._populate_cpu_children` (torch/autograd/profiler_util.py): the open event adopts only
@@ -143,9 +218,8 @@ def _walk(
     The loop runs once per event of a big trace, so the open event is kept in locals (its stop, its stop
     plus the slack, its position) rather than read from the stack: 40% less time than indexing the stack.
     """
-    depths: list[int] = []
     parents: list[int] = []
-    add_depth, add_parent = depths.append, parents.append
+    add_parent = parents.append
     stack, lane_now = state.stack, state.lane
     push, pop = stack.append, stack.pop
     top_stop, top_limit, top_at = stack[-1] if stack else _NONE_OPEN
@@ -157,12 +231,11 @@ def _walk(
         while stack and (start >= top_stop or stop > top_limit):
             pop()
             top_stop, top_limit, top_at = stack[-1] if stack else _NONE_OPEN
-        add_depth(len(stack))
         add_parent(top_at)
         top_stop, top_limit, top_at = entry = (stop, stop + END_SLACK_US, at)
         push(entry)
     state.lane = lane_now
-    return depths, parents
+    return parents
 
 
 @dataclass

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch.profiler import ProfilerActivity, profile
 
 from profiling import structure as structure_module
-from profiling.structure import nest, nesting_order, propagate_up, structure
+from profiling.structure import chain_depths, nest, nesting_order, nesting_parents, propagate_up, structure
 from profiling.tables import merged_into_parent, op_table_from_trace
 from profiling.trace import load_trace
 
@@ -166,6 +166,77 @@ def test_nesting_in_blocks_of_any_size_carries_the_open_events_across(monkeypatc
         for block in (1, 2, 3, 7):
             monkeypatch.setattr(structure_module, "WALK_BLOCK", block)
             assert _parents(intervals) == want, (block, intervals)
+
+
+def _walked_plainly(lanes: list[int], starts: list[float], stops: list[float]) -> tuple[list[int], list[int]]:
+    """torch's rule over events already in nesting order, one stack: each event's parent position and depth."""
+    parents, depths, stack, lane_now = [], [], [], None
+    for at, (lane, start, stop) in enumerate(zip(lanes, starts, stops, strict=True)):
+        if lane != lane_now:
+            lane_now, stack = lane, []
+        while stack and (start >= stops[stack[-1]] or stop > stops[stack[-1]] + 1e-3):
+            stack.pop()
+        parents.append(stack[-1] if stack else -1)
+        depths.append(len(stack))
+        stack.append(at)
+    return parents, depths
+
+
+def _jumped(lanes: np.ndarray, ts: np.ndarray, end: np.ndarray, rounds: int) -> tuple[list, list, list, list]:
+    with np.errstate(invalid="ignore"):  # an infinite start and end: inf - inf for the length
+        order = nesting_order(lanes, ts, end)
+    lane, start, stop = lanes[order], ts[order], end[order]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(structure_module, "MAX_JUMP_ROUNDS", rounds)
+        parents = nesting_parents(lane, start, stop)
+    want = _walked_plainly(lane.tolist(), start.tolist(), stop.tolist())
+    return parents.tolist(), chain_depths(parents).tolist(), *want
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0, math.nan, math.inf]),
+            # Lengths within the 1 ns slack and past it, so children overhang their parents both ways.
+            st.sampled_from([0.0, 0.0005, 0.002, 1.0, 2.0, 2.0005, 4.0, 10.0, math.nan]),
+        ),
+        max_size=60,
+    ),
+    rounds=st.sampled_from([1, 2, 3, 64]),
+)
+def test_jumped_parents_and_depths_are_the_walks(events, rounds):
+    # Every case the jumping hands to the walk at once: overhangs, NaN and infinite times, events still
+    # climbing after few rounds; and the depths counted by pointer jumping.
+    lanes = np.array([e[0] for e in events], dtype=np.int32)
+    ts = np.array([e[1] for e in events], dtype=float)
+    end = ts + np.array([e[2] for e in events], dtype=float)
+    parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds)
+    assert parents == want_parents
+    assert depths == want_depths
+
+
+def test_jumped_parents_are_the_walks_on_long_random_lanes():
+    # Long stretches: deep nests closing at once, long runs of siblings, an overhang now and then.
+    rng = np.random.default_rng(29)
+    for size in (1_000, 20_000):
+        lanes = rng.integers(0, 4, size).astype(np.int32)
+        ts = np.round(rng.uniform(0, size / 4, size), 1)
+        end = ts + rng.choice([0.0, 0.0005, 0.1, 0.5, 2.0, 20.0, 200.0], size)
+        for rounds in (4, 64):
+            parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds)
+            assert parents == want_parents and depths == want_depths
+            assert max(want_depths) > 3  # nests deep enough to climb
+
+
+def test_chain_depths_count_every_ancestor():
+    rng = np.random.default_rng(31)
+    for size in (1, 2, 50, 2_000):
+        parent = np.array([int(rng.integers(-1, node)) if node else -1 for node in range(size)])
+        assert chain_depths(parent).tolist() == _depths(parent).tolist()
+    chain = np.arange(-1, 100_000 - 1)  # one chain 100,000 deep: 17 rounds, not 100,000
+    assert chain_depths(chain).tolist() == list(range(100_000))
 
 
 @settings(max_examples=400, deadline=None)
