@@ -18,13 +18,14 @@ import numpy as np
 import pandas as pd
 
 from profiling.structure import lane_codes, structure
-from profiling.trace import LAUNCH_CATEGORIES, Trace
+from profiling.trace import LAUNCH_CATEGORIES, Trace, per_trace
 
 # The host nodes a 2021 runtime can belong to (parse_nodes' OPERATOR, PROFILER_STEP, PYTHON and
 # USER_ANNOTATION types, as the reader spells them today).
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 
 
+@per_trace
 def first_launches(trace: Trace) -> np.ndarray:
     """Rows of the launch events GPU work is attributed to: per correlation id, the first in the file.
 
@@ -33,12 +34,15 @@ def first_launches(trace: Trace) -> np.ndarray:
     per launch multiplied device time (50 launches of one id made a 100 us kernel 5,000 us), so it
     goes to the first launch only, everywhere: the op table (`tables`), the steps and annotation
     tables (`windows`), and the step breakdown (`step_breakdown.launch_spans`, the same rule).
+
+    Made once per trace (ten callers); read-only, since every caller shares it.
     """
     ev = trace.events
     launches = np.flatnonzero(trace.texts.isin("cat", LAUNCH_CATEGORIES))
     correlation = ev["correlation"].to_numpy()[launches]
-    first = ~pd.Series(correlation).duplicated().to_numpy() & ~np.isnan(correlation)
-    return launches[first]
+    first = launches[~pd.Series(correlation).duplicated().to_numpy() & ~np.isnan(correlation)]
+    first.setflags(write=False)
+    return first
 
 
 def launch_owners(trace: Trace) -> np.ndarray:
