@@ -333,8 +333,8 @@ def parse_trace(data: bytes, source: str = "trace", **limits: int) -> Trace:
 
 def _trace(raw: RawTrace, source: str) -> Trace:
     events = pd.DataFrame(raw.columns, columns=COLUMNS, copy=False)  # the columns are ours: no second copy
-    spellings = frozenset(pd.unique(events["cat"]))  # a handful per trace
-    events["cat"] = canonical_categories(events["cat"], events["name"], spellings)
+    spellings, canonical = canonical_categories(events["cat"], events["name"])
+    events["cat"] = canonical
     properties = device_properties(raw.metadata.get("deviceProperties"))
     return Trace(
         events=events,
@@ -349,22 +349,24 @@ def _trace(raw: RawTrace, source: str) -> Trace:
     )
 
 
-def canonical_categories(cat: pd.Series, name: pd.Series, spellings: frozenset[str] | None = None) -> pd.Series:
-    """Categories in today's spelling (CATEGORY_SPELLINGS); a step recorded as an op becomes an annotation.
+def canonical_categories(cat: pd.Series, name: pd.Series) -> tuple[frozenset[str], pd.Series]:
+    """The categories as the file spells them (a handful per trace, missing left out), and each event's in
+    today's spelling (CATEGORY_SPELLINGS), a step recorded as an op made an annotation.
 
-    `spellings` are the distinct values of `cat`, where the caller has them."""
-    distinct = pd.unique(cat) if spellings is None else spellings
-    mapping = {c: _CANONICAL_CATEGORY.get(c.lower(), c) for c in distinct}
-    canonical = cat.map(mapping)
+    Each distinct category is respelled once and taken per event by its code: a dict lookup per event
+    (`Series.map`) cost a fifth of a second per million events."""
+    codes, distinct = factorized_objects(cat.to_numpy())
+    respelled = np.array([*(_CANONICAL_CATEGORY.get(c.lower(), c) for c in distinct), None], dtype=object)
+    canonical = pd.Series(respelled[codes], index=cat.index, name=cat.name)  # code -1 (missing) reads None
     # The analysis finds steps and torch's own ranges among user annotations, as torch >= 1.10 records them.
     # The prefixes are tested once per distinct name of the ops, not per event (a string method per event
     # cost a tenth of a second per 300k events).
-    ops = np.flatnonzero(canonical.eq("cpu_op").to_numpy())
-    codes, names = factorized_objects(name.to_numpy()[ops])  # a missing name is -1: no annotation
+    ops = np.flatnonzero(np.append(respelled == "cpu_op", False)[codes])
+    op_codes, names = factorized_objects(name.to_numpy()[ops])  # a missing name is -1: no annotation
     prefixed = [isinstance(n, str) and n.startswith(ANNOTATION_PREFIXES) for n in names]
     is_annotation = np.zeros(len(canonical), dtype=bool)
-    is_annotation[ops] = np.array([*prefixed, False], dtype=bool)[codes]
-    return canonical.mask(is_annotation, "user_annotation")
+    is_annotation[ops] = np.array([*prefixed, False], dtype=bool)[op_codes]
+    return frozenset(distinct), canonical.mask(is_annotation, "user_annotation")
 
 
 def device_properties(value: Any) -> list[dict[str, Any]]:
