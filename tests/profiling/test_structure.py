@@ -19,6 +19,7 @@ from profiling import structure as structure_module
 from profiling.structure import chain_depths, nest, nesting_order, nesting_parents, propagate_up, structure
 from profiling.tables import merged_into_parent, op_table_from_trace
 from profiling.trace import load_trace
+from tests.conftest import DATA
 
 
 def _subtree_sums(values, parent):
@@ -182,12 +183,15 @@ def _walked_plainly(lanes: list[int], starts: list[float], stops: list[float]) -
     return parents, depths
 
 
-def _jumped(lanes: np.ndarray, ts: np.ndarray, end: np.ndarray, rounds: int) -> tuple[list, list, list, list]:
+def _jumped(
+    lanes: np.ndarray, ts: np.ndarray, end: np.ndarray, rounds: int, island_steps: int = 4096
+) -> tuple[list, list, list, list]:
     with np.errstate(invalid="ignore"):  # an infinite start and end: inf - inf for the length
         order = nesting_order(lanes, ts, end)
     lane, start, stop = lanes[order], ts[order], end[order]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(structure_module, "MAX_JUMP_ROUNDS", rounds)
+        patch.setattr(structure_module, "ISLAND_STEPS", island_steps)
         parents = nesting_parents(lane, start, stop)
     want = _walked_plainly(lane.tolist(), start.tolist(), stop.tolist())
     return parents.tolist(), chain_depths(parents).tolist(), *want
@@ -205,14 +209,16 @@ def _jumped(lanes: np.ndarray, ts: np.ndarray, end: np.ndarray, rounds: int) -> 
         max_size=60,
     ),
     rounds=st.sampled_from([1, 2, 3, 64]),
+    island_steps=st.sampled_from([1, 2, 4096]),
 )
-def test_jumped_parents_and_depths_are_the_walks(events, rounds):
-    # Every case the jumping hands to the walk at once: overhangs, NaN and infinite times, events still
-    # climbing after few rounds; and the depths counted by pointer jumping.
+def test_jumped_parents_and_depths_are_the_walks(events, rounds, island_steps):
+    # Every case the jumping hands to the walk: overhangs (walked until what they popped has ended, or their
+    # whole stretch past `island_steps`), NaN and infinite times, events still climbing after few rounds;
+    # and the depths counted by pointer jumping.
     lanes = np.array([e[0] for e in events], dtype=np.int32)
     ts = np.array([e[1] for e in events], dtype=float)
     end = ts + np.array([e[2] for e in events], dtype=float)
-    parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds)
+    parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds, island_steps)
     assert parents == want_parents
     assert depths == want_depths
 
@@ -224,10 +230,38 @@ def test_jumped_parents_are_the_walks_on_long_random_lanes():
         lanes = rng.integers(0, 4, size).astype(np.int32)
         ts = np.round(rng.uniform(0, size / 4, size), 1)
         end = ts + rng.choice([0.0, 0.0005, 0.1, 0.5, 2.0, 20.0, 200.0], size)
-        for rounds in (4, 64):
-            parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds)
+        for rounds, island_steps in ((4, 3), (64, 4096)):
+            parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds, island_steps)
             assert parents == want_parents and depths == want_depths
             assert max(want_depths) > 3  # nests deep enough to climb
+
+
+@pytest.mark.parametrize("name", ["h100_owlv2_eager-attn", "b200_vllm_gpt-oss_eager_rank0", "h100_nn-mha_fp32"])
+def test_real_overhangs_are_walked_only_until_what_they_popped_has_ended(name, monkeypatch):
+    # On today's main threads a `python_function` ends just after the `ProfilerStep` it opened starts: the
+    # step overhangs it. Each such stretch is walked only for the few events until that function has ended,
+    # never whole (no call of the block walk), and every parent and depth is still the walk's.
+    trace = load_trace(DATA / "gpu" / f"{name}.json.gz")
+    ev = trace.events
+    rows = np.flatnonzero(ev["ph"].to_numpy() == "X")
+    lanes = structure_module.lane_codes(trace)[rows]
+    ts, end = ev["ts"].to_numpy()[rows], ev["end"].to_numpy()[rows]
+    order = nesting_order(lanes, ts, end)
+    lane, start, stop = lanes[order], ts[order], end[order]
+    walked_whole, block_walk = [], structure_module._walk
+
+    def counted(keys, *rest):
+        walked_whole.append(len(keys))
+        return block_walk(keys, *rest)
+
+    monkeypatch.setattr(structure_module, "_walk", counted)
+    parents = nesting_parents(lane, start, stop)
+    want_parents, want_depths = _walked_plainly(lane.tolist(), start.tolist(), stop.tolist())
+    assert parents.tolist() == want_parents and chain_depths(parents).tolist() == want_depths
+    latest_open = structure_module._open_parents(lane, start, stop)
+    has = np.flatnonzero(latest_open >= 0)
+    assert (stop[has] > stop[latest_open[has]] + 1e-3).any()  # the trace has overhangs: islands were walked
+    assert walked_whole == []
 
 
 def test_chain_depths_count_every_ancestor():
