@@ -111,72 +111,50 @@ END_SLACK_US = 1e-3  # 1 ns: how far a child's end may pass its parent's
 # Rounds of pointer jumping before the events still climbing are walked instead: a round climbs one level of
 # closed ancestors (or doubles a run of closed siblings), and real traces nest ~60 deep at most.
 MAX_JUMP_ROUNDS = 64
-# Events the walk after an overhang takes one at a time before it walks the rest of the stretch in blocks:
-# real overhangs (a `python_function` ending just after the `ProfilerStep` it opened) settle in a few events.
-ISLAND_STEPS = 4096
 
 
 def nesting_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The parent of each event given in nesting order, as a position in that order (-1 for none): the walk's
-    (`_walk`, torch's rule), found by whole-array steps, the walk kept for the events near an overhang.
+    (`_walk`, torch's rule), found by whole-array steps, and a short climb for each event that overhangs.
 
     The walk's open events before an event are always the event before it, that one's parent, its parent's
-    parent, ... (what lies under an open event never changes while it is open), and it pops those that ended
-    by the event's start (closed: closed for every later event too) or that end 1 ns before it does (an
-    overhang: popped though still open). So every open event the walk has not popped for an overhang is on
-    its stack, and an event's parent is the latest open event before it on its lane (`_open_parents`), unless
-    that one was popped for an overhang or the event overhangs it. From the first event that overhangs its
-    latest open one, the walk is run (`_islands`) until every event it popped for an overhang has ended.
+    parent, ... (what lies under an open event never changes while it is open). It pops those that ended by
+    the event's start (closed: closed for every later event too) and those the event overhangs (ends 1 ns
+    past). So every open event before it is on its stack but those popped for an overhang, and none of those
+    is the latest open one: whatever overhung it came later and ends later. An event's parent is therefore
+    the latest open event before it on its lane (`_open_parents`), unless it overhangs that one; then it
+    climbs that one's chain of parents to the first it neither starts after nor overhangs (`_climbed`).
     """
     parents = _open_parents(lanes, starts, stops)
     # NaN and infinite times (the walk's comparisons decide), or still climbing after MAX_JUMP_ROUNDS: walked.
     odd = np.isin(lanes, lanes[~np.isfinite(starts) | ~np.isfinite(stops) | (parents == _CLIMBING)])
     has = np.flatnonzero((parents >= 0) & ~odd)
-    overhangs = has[stops[has] > stops[parents[has]] + END_SLACK_US]
-    stretch = np.cumsum(parents == -1)  # a new one wherever nothing before is open: the walk's stack is empty
-    walk = odd.copy()
-    if len(overhangs):
-        walk |= np.isin(stretch, stretch[_islands(parents, overhangs, lanes, starts, stops)])
-    key = np.where(odd, -1 - lanes.astype(np.int64), stretch)  # where the walk starts afresh
-    return _walked(parents, np.flatnonzero(walk), key, starts, stops)
+    unclimbed = _climbed(parents, has[stops[has] > stops[parents[has]] + END_SLACK_US], starts, stops)
+    odd |= np.isin(lanes, lanes[unclimbed])
+    key = np.where(odd, -1 - lanes.astype(np.int64), 0)  # the walk starts afresh on each lane
+    return _walked(parents, np.flatnonzero(odd), key, starts, stops)
 
 
-def _islands(
-    parents: np.ndarray, overhangs: np.ndarray, lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray
-) -> np.ndarray:
-    """Walk from each overhang (in order) with the walk's stack there, until every event popped for an
-    overhang has ended and the next event overhangs nothing, setting `parents` on the way. From there on the
-    latest open event is the walk's parent again. Returns the overhangs whose walk took past ISLAND_STEPS
-    events (their stretches are walked whole instead)."""
-    long_islands, walked_to = [], -1
-    for first in overhangs.tolist():
-        if first < walked_to:
-            continue
-        lane, stack = lanes[first], []
-        at = first - 1 if first and lanes[first - 1] == lane else -1
-        while at >= 0:  # the walk's stack before `first`: every parent before it is the walk's already
-            stack.append(at)
-            at = int(parents[at])
-        stack.reverse()
-        popped_open_until, at = -math.inf, first
-        while at < len(lanes) and lanes[at] == lane:
-            start, stop = float(starts[at]), float(stops[at])
-            if at > first and popped_open_until <= start:
-                top = parents[at]  # the latest open event: the walk's parent unless this one overhangs it
-                if top < 0 or stop <= stops[top] + END_SLACK_US:
-                    break
-            if at - first == ISLAND_STEPS:
-                long_islands.append(first)
-                break
-            while stack and (start >= stops[stack[-1]] or stop > stops[stack[-1]] + END_SLACK_US):
-                if start < stops[stack[-1]]:  # popped for an overhang, though still open
-                    popped_open_until = max(popped_open_until, float(stops[stack[-1]]))
-                stack.pop()
-            parents[at] = stack[-1] if stack else -1
-            stack.append(at)
-            at += 1
-        walked_to = at
-    return np.array(long_islands, dtype=np.int64)
+def _climbed(parents: np.ndarray, overhangs: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Set the parent of each event of `overhangs` (in order, each the latest open event's overhang) to the
+    walk's: down the chain of parents under the one it overhangs, the first it neither starts after the end
+    of nor overhangs. The parents it climbs through are the walk's already (overhangs before it are set).
+    Climbs at most CLIMB_STEPS_PER_EVENT steps per event of the trace on the whole; returns the overhangs
+    left unset past that (a hostile nest thousands deep under each), whose lanes are walked instead."""
+    budget = CLIMB_STEPS_PER_EVENT * len(parents)
+    for done, at in enumerate(overhangs.tolist()):
+        start, stop = float(starts[at]), float(stops[at])
+        up = int(parents[parents[at]])
+        while up >= 0 and (start >= stops[up] or stop > stops[up] + END_SLACK_US):
+            up = int(parents[up])
+            budget -= 1
+        if budget < 0:
+            return overhangs[done:]
+        parents[at] = up
+    return overhangs[:0]
+
+
+CLIMB_STEPS_PER_EVENT = 4
 
 
 _CLIMBING = -2  # an event whose parent the jumping left unknown

@@ -184,14 +184,14 @@ def _walked_plainly(lanes: list[int], starts: list[float], stops: list[float]) -
 
 
 def _jumped(
-    lanes: np.ndarray, ts: np.ndarray, end: np.ndarray, rounds: int, island_steps: int = 4096
+    lanes: np.ndarray, ts: np.ndarray, end: np.ndarray, rounds: int, climb_steps: int = 4
 ) -> tuple[list, list, list, list]:
     with np.errstate(invalid="ignore"):  # an infinite start and end: inf - inf for the length
         order = nesting_order(lanes, ts, end)
     lane, start, stop = lanes[order], ts[order], end[order]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(structure_module, "MAX_JUMP_ROUNDS", rounds)
-        patch.setattr(structure_module, "ISLAND_STEPS", island_steps)
+        patch.setattr(structure_module, "CLIMB_STEPS_PER_EVENT", climb_steps)
         parents = nesting_parents(lane, start, stop)
     want = _walked_plainly(lane.tolist(), start.tolist(), stop.tolist())
     return parents.tolist(), chain_depths(parents).tolist(), *want
@@ -209,16 +209,16 @@ def _jumped(
         max_size=60,
     ),
     rounds=st.sampled_from([1, 2, 3, 64]),
-    island_steps=st.sampled_from([1, 2, 4096]),
+    climb_steps=st.sampled_from([0, 1, 4]),
 )
-def test_jumped_parents_and_depths_are_the_walks(events, rounds, island_steps):
-    # Every case the jumping hands to the walk: overhangs (walked until what they popped has ended, or their
-    # whole stretch past `island_steps`), NaN and infinite times, events still climbing after few rounds;
+def test_jumped_parents_and_depths_are_the_walks(events, rounds, climb_steps):
+    # Every case past the jumping: overhangs (each climbing its parents' chain, or its lane walked when the
+    # climbs pass `climb_steps` per event), NaN and infinite times, events still climbing after few rounds;
     # and the depths counted by pointer jumping.
     lanes = np.array([e[0] for e in events], dtype=np.int32)
     ts = np.array([e[1] for e in events], dtype=float)
     end = ts + np.array([e[2] for e in events], dtype=float)
-    parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds, island_steps)
+    parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds, climb_steps)
     assert parents == want_parents
     assert depths == want_depths
 
@@ -230,17 +230,17 @@ def test_jumped_parents_are_the_walks_on_long_random_lanes():
         lanes = rng.integers(0, 4, size).astype(np.int32)
         ts = np.round(rng.uniform(0, size / 4, size), 1)
         end = ts + rng.choice([0.0, 0.0005, 0.1, 0.5, 2.0, 20.0, 200.0], size)
-        for rounds, island_steps in ((4, 3), (64, 4096)):
-            parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds, island_steps)
+        for rounds, climb_steps in ((4, 0), (64, 4)):
+            parents, depths, want_parents, want_depths = _jumped(lanes, ts, end, rounds, climb_steps)
             assert parents == want_parents and depths == want_depths
             assert max(want_depths) > 3  # nests deep enough to climb
 
 
 @pytest.mark.parametrize("name", ["h100_owlv2_eager-attn", "b200_vllm_gpt-oss_eager_rank0", "h100_nn-mha_fp32"])
-def test_real_overhangs_are_walked_only_until_what_they_popped_has_ended(name, monkeypatch):
+def test_real_overhangs_climb_and_no_lane_is_walked(name, monkeypatch):
     # On today's main threads a `python_function` ends just after the `ProfilerStep` it opened starts: the
-    # step overhangs it. Each such stretch is walked only for the few events until that function has ended,
-    # never whole (no call of the block walk), and every parent and depth is still the walk's.
+    # step overhangs it. Each overhang climbs to its parent; no lane is walked (no call of the block walk),
+    # and every parent and depth is still the walk's.
     trace = load_trace(DATA / "gpu" / f"{name}.json.gz")
     ev = trace.events
     rows = np.flatnonzero(ev["ph"].to_numpy() == "X")
@@ -260,8 +260,23 @@ def test_real_overhangs_are_walked_only_until_what_they_popped_has_ended(name, m
     assert parents.tolist() == want_parents and chain_depths(parents).tolist() == want_depths
     latest_open = structure_module._open_parents(lane, start, stop)
     has = np.flatnonzero(latest_open >= 0)
-    assert (stop[has] > stop[latest_open[has]] + 1e-3).any()  # the trace has overhangs: islands were walked
+    assert (stop[has] > stop[latest_open[has]] + 1e-3).any()  # the trace has overhangs: they climbed
     assert walked_whole == []
+
+
+def test_climbs_past_their_budget_are_left_to_the_walk():
+    # A hostile nest: a chain 1,000 deep, then 50 events under its deepest that end past its root, each of
+    # which would climb the whole chain. The climbs stop once they pass 4 steps per event in all (4,200 here:
+    # four whole climbs), and the overhangs left are handed back, in order, for their lane to be walked.
+    depth, many = 1_000, 50
+    starts = np.concatenate([np.arange(depth, dtype=float), np.full(many, depth + 0.5)])
+    stops = np.concatenate([10_000.0 - np.arange(depth), np.full(many, 20_000.0)])
+    parents = np.concatenate([np.arange(-1, depth - 1), np.full(many, depth - 1)])
+    overhangs = np.arange(depth, depth + many)
+    left = structure_module._climbed(parents, overhangs, starts, stops)
+    climbed = overhangs[: many - len(left)]
+    assert left.tolist() == overhangs[4:].tolist()
+    assert (parents[climbed] == -1).all() and (parents[left] == depth - 1).all()
 
 
 def test_chain_depths_count_every_ancestor():
