@@ -111,6 +111,9 @@ END_SLACK_US = 1e-3  # 1 ns: how far a child's end may pass its parent's
 # Rounds of pointer jumping before the events still climbing are walked instead: a round climbs one level of
 # closed ancestors (or doubles a run of closed siblings), and real traces nest ~60 deep at most.
 MAX_JUMP_ROUNDS = 64
+_CLIMBING = -2  # an event whose parent the jumping left unknown
+# Steps an overhang's climb may take, per event of the trace, on the whole; past them the lanes are walked.
+CLIMB_STEPS_PER_EVENT = 4
 
 
 def nesting_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -131,8 +134,7 @@ def nesting_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) ->
     has = np.flatnonzero((parents >= 0) & ~odd)
     unclimbed = _climbed(parents, has[stops[has] > stops[parents[has]] + END_SLACK_US], starts, stops)
     odd |= np.isin(lanes, lanes[unclimbed])
-    key = np.where(odd, -1 - lanes.astype(np.int64), 0)  # the walk starts afresh on each lane
-    return _walked(parents, np.flatnonzero(odd), key, starts, stops)
+    return _walked(parents, np.flatnonzero(odd), lanes, starts, stops)
 
 
 def _climbed(parents: np.ndarray, overhangs: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -152,12 +154,6 @@ def _climbed(parents: np.ndarray, overhangs: np.ndarray, starts: np.ndarray, sto
             return overhangs[done:]
         parents[at] = up
     return overhangs[:0]
-
-
-CLIMB_STEPS_PER_EVENT = 4
-
-
-_CLIMBING = -2  # an event whose parent the jumping left unknown
 
 
 def _open_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -182,15 +178,15 @@ def _open_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> n
 
 
 def _walked(
-    parents: np.ndarray, walk: np.ndarray, stretch: np.ndarray, starts: np.ndarray, stops: np.ndarray
+    parents: np.ndarray, walk: np.ndarray, lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray
 ) -> np.ndarray:
-    """`parents` with the events at positions `walk` walked, the stack emptied wherever `stretch` changes.
+    """`parents` with the events at positions `walk` (whole lanes) walked.
     Python floats and ints from lists: indexing numpy arrays per element costs 3x the loop itself.
     Converted a block at a time: lists of a whole big trace would take ~100 bytes per event."""
     state = _WalkState()
     for at in range(0, len(walk), WALK_BLOCK):
         picked = walk[at : at + WALK_BLOCK]
-        found = _walk(stretch[picked].tolist(), starts[picked].tolist(), stops[picked].tolist(), at, state)
+        found = _walk(lanes[picked].tolist(), starts[picked].tolist(), stops[picked].tolist(), at, state)
         found = np.asarray(found, dtype=np.int64)  # positions in `walk`
         parents[picked] = np.where(found >= 0, walk[np.clip(found, 0, None)], -1)
     return parents
