@@ -163,8 +163,11 @@ def _open_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> n
     not found within MAX_JUMP_ROUNDS."""
     parents = np.full(len(lanes), -1, np.int64)
     same_lane = np.flatnonzero(lanes[1:] == lanes[:-1])
-    parents[same_lane + 1] = same_lane
-    climbing = same_lane + 1
+    # An event that starts once every earlier event of its lane has stopped has none open: no jumps (a GPU
+    # stream's kernels, one after another, would each double back through its whole run of closed siblings).
+    latest_stop = pd.Series(stops, copy=False).groupby(lanes, sort=False).cummax().to_numpy()
+    climbing = same_lane[~(starts[same_lane + 1] >= latest_stop[same_lane])] + 1
+    parents[climbing] = climbing - 1
     for _ in range(MAX_JUMP_ROUNDS):
         if not len(climbing):
             return parents

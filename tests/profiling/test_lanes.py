@@ -207,3 +207,31 @@ def test_a_big_trace_keeps_the_first_forwards_bars_apart():
     assert in_view == sorted(round((e["ts"] - t0) / 1e3, 4) for e in inside)  # each at its own start
     assert list(fig.layout.xaxis.range) == pytest.approx([(lo - t0) / 1e3, (hi - t0) / 1e3])
     assert 0 < FOCUS_SHARE < 1
+
+
+def test_a_big_traces_texts_are_drawn_from_codes_as_the_columns_hold_them():
+    # Past the bar budget the timeline reads names, categories and lanes as Categoricals of the trace's codes.
+    # Every event's values must be the columns' own: missing categories, numeric ids, markup, all events kept.
+    from profiling.lanes import TIMELINE_COLUMNS, timed_events
+
+    events = [
+        {"ph": "X", "name": name, "cat": cat, "ts": i, "dur": 1 + i % 3, "pid": pid, "tid": tid}
+        for i, (name, cat, pid, tid) in enumerate(
+            [
+                ("<b>op</b>", "cpu_op", 1, 7),
+                ("kernel", "kernel", 0, 7.0),
+                ("k", None, "host", "stream 9"),
+                ("n", 7, 1, 8),
+                ("", "cpu_op", 1, 7),  # no name: not drawn
+                ("Trace", "Trace", 1, 7),  # the profiler's own span: not drawn
+            ]
+            * 300
+        )
+    ]
+    trace = parse_trace(json.dumps({"traceEvents": events}).encode())
+    coded, plain = timed_events(trace, 0), timed_events(trace, len(events))
+    assert len(coded) == len(plain) == 4 * 300
+    assert (coded.index == plain.index).all()
+    for column in TIMELINE_COLUMNS:
+        assert coded[column].astype(object).tolist() == plain[column].astype(object).tolist(), column
+    assert (coded["cat"] == "").sum() == 2 * 300  # no text category (missing, or a number) reads as ""

@@ -266,6 +266,21 @@ def test_real_overhangs_climb_and_no_lane_is_walked(name, monkeypatch):
     assert walked_whole == []
 
 
+def test_an_event_after_every_earlier_one_of_its_lane_has_stopped_needs_no_jump(monkeypatch):
+    # A GPU stream's kernels, one after another (back to back too), on two lanes: each has no open event
+    # before it, known from its lane's latest stop so far, with no round of jumping. After a long event the
+    # latest stop is that one's, not the previous event's: the events under it are still left to the jumping.
+    monkeypatch.setattr(structure_module, "MAX_JUMP_ROUNDS", 0)
+    starts = np.concatenate([np.arange(0.0, 1_000.0, 2.0)] * 2)
+    stops = starts + np.tile([1.0, 2.0], 500)
+    lanes = np.repeat([0, 1], 500)
+    assert structure_module._open_parents(lanes, starts, stops).tolist() == [-1] * 1_000
+    monkeypatch.setattr(structure_module, "MAX_JUMP_ROUNDS", 1)  # the third's one jump lands on an open event
+    starts, stops = np.array([0.0, 1.0, 3.0, 200.0, 201.0]), np.array([100.0, 2.0, 4.0, 300.0, 202.0])
+    climbing = structure_module._CLIMBING  # unconfirmed after its only round
+    assert structure_module._open_parents(np.zeros(5, int), starts, stops).tolist() == [-1, 0, climbing, -1, 3]
+
+
 def test_climbs_past_their_budget_are_left_to_the_walk():
     # A hostile nest: a chain 1,000 deep, then 50 events under its deepest that end past its root, each of
     # which would climb the whole chain. The climbs stop once they pass 4 steps per event in all (4,200 here:
