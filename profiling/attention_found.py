@@ -328,7 +328,7 @@ def nearest(parent: np.ndarray, stop: np.ndarray, include_self: bool = False) ->
 def step_of_launch(trace: Trace, correlation: float) -> str | None:
     """The ProfilerStep holding the host launch of the GPU work with this correlation id, or None."""
     ev = trace.events
-    launch = (ev["correlation"].to_numpy() == correlation) & ev["cat"].isin(LAUNCH_CATEGORIES).to_numpy()
+    launch = (ev["correlation"].to_numpy() == correlation) & trace.texts.isin("cat", LAUNCH_CATEGORIES)
     starts = ev["ts"].to_numpy()[launch]
     return step_at(trace, float(starts[0])) if len(starts) else None
 

@@ -177,11 +177,12 @@ def _previous_on_lane(trace: Trace, rows: np.ndarray, candidates: np.ndarray) ->
 def _reshapes_of_expanded(ranks: Ranks) -> np.ndarray:
     """Rows of the `aten::reshape`s that copied (a clone under them) a tensor the previous `aten::expand` on
     their lane broadcast: same rank, each expanded size 1 or equal, at least one 1 made larger."""
-    names, complete = ranks.names, ranks.events["ph"].to_numpy() == "X"
+    names, texts = ranks.names, ranks.trace.texts
     above = ranks.parent[np.flatnonzero(ranks.copy_op)]
     reshapes = np.unique(above[above >= 0])
     reshapes = reshapes[names[reshapes] == "aten::reshape"]
-    expand = _previous_on_lane(ranks.trace, reshapes, np.flatnonzero((names == "aten::expand") & complete))
+    expands = np.flatnonzero(texts.equals("name", "aten::expand") & texts.equals("ph", "X"))
+    expand = _previous_on_lane(ranks.trace, reshapes, expands)
     dims = ranks.events["input_dims"].to_numpy()
     found = expand >= 0
     ok = per_distinct(dims[expand[found]], dims[reshapes[found]], _broadcasts).astype(bool)

@@ -65,7 +65,7 @@ def _by_external_id(trace: Trace, launches: np.ndarray) -> np.ndarray:
     ev = trace.events
     ids = ev["external_id"].to_numpy()
     hosts = np.flatnonzero(
-        ev["cat"].isin(HOST_CATEGORIES).to_numpy() & (ev["ph"].to_numpy() == "X") & ~np.isnan(ids) & (ids != 0)
+        trace.texts.isin("cat", HOST_CATEGORIES) & trace.texts.equals("ph", "X") & ~np.isnan(ids) & (ids != 0)
     )
     lanes, ts = lane_codes(trace)[hosts], ev["ts"].to_numpy()[hosts]
     lane_start = pd.Series(ts).groupby(lanes).transform("min").to_numpy()

@@ -74,7 +74,7 @@ class ModuleCalls:
 def module_calls(trace: Trace) -> ModuleCalls:
     """Every module call with its parent call, depth, and host and device time, self and total."""
     ev = trace.events
-    is_python = (ev["cat"].to_numpy() == "python_function") & (ev["ph"].to_numpy() == "X")
+    is_python = trace.texts.equals("cat", "python_function") & trace.texts.equals("ph", "X")
     is_module = is_python & ev["name"].str.startswith(MODULE_PREFIX).to_numpy()
     rows = np.flatnonzero(is_module)
     local = np.full(len(ev), -1, dtype=np.int64)
@@ -142,7 +142,7 @@ def module_view(trace: Trace, max_rows: int = MAX_MODULE_ROWS) -> ModuleView:
 
 def _why_empty(trace: Trace) -> str:
     """Why a trace has no module tree."""
-    if not (trace.events["cat"].to_numpy() == "python_function").any():
+    if not trace.texts.equals("cat", "python_function").any():
         return "No python_function events: record with torch.profiler.profile(with_stack=True) for the module view."
     return "python_function events but no `nn.Module:` ones: no nn.Module forward was called while profiling."
 

@@ -200,7 +200,7 @@ class Trace:
     @functools.cached_property
     def complete_rows(self) -> np.ndarray:
         """Positions in `events` of the duration ("X") events, ascending."""
-        return np.flatnonzero(self.events["ph"].to_numpy() == "X")
+        return np.flatnonzero(self.texts.equals("ph", "X"))
 
     @functools.cached_property
     def _complete_categories(self) -> np.ndarray:
