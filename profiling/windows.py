@@ -49,10 +49,12 @@ def window_of(
         return np.full(len(ev) if rows is None else len(rows), -1, dtype=np.int64)
     lanes = process_codes(trace) if across_threads else lane_codes(trace)
     window_start, window_stop = windows["ts"].to_numpy(), windows["end"].to_numpy()
-    window, event = _placed(trace, rows, across_threads).members(lanes[windows.index.to_numpy()], window_start)
+    # An event inside a window starts by the window's end (its own end is no earlier): no event past it is taken.
+    reach = window_stop + 1e-3
+    window, event = _placed(trace, rows, across_threads).members(lanes[windows.index.to_numpy()], window_start, reach)
     ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
     at = event if rows is None else rows[event]
-    ok = (ts[at] >= window_start[window]) & (end[at] <= window_stop[window] + 1e-3)
+    ok = (ts[at] >= window_start[window]) & (end[at] <= reach[window])
     found = np.full(len(ev) if rows is None else len(rows), -1, dtype=np.int64)
     found[event[ok]] = window[ok]
     return found
@@ -85,14 +87,18 @@ class LaneTimes:
         found[event] = window
         return found
 
-    def members(self, window_lane: np.ndarray, window_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each event that `latest_start` places in a window, as (window, event) positions, by window.
+    def members(
+        self, window_lane: np.ndarray, window_start: np.ndarray, reach: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each event that `latest_start` places in a window, as (window, event) positions, by window; with
+        `reach` (per window), only those that start by the window's reach (none for a NaN reach).
 
         A window's key is its lane's and the rank its start would take among the events' starts (left of equals),
         so it sorts at or before each event of its lane that starts with or after it. The events a window takes
-        are those from its key up to the next window's on its lane (to the lane's end after the last): a range
-        of the events by key, found by two binary searches per window. So a set of windows costs its windows
-        and the events in them, not a search per event of the trace (`window_table` asks twice per name).
+        are those from its key up to the next window's on its lane (to the lane's end after the last), or to
+        its reach's key if that comes first: a range of the events by key, found by two binary searches per
+        window. So a set of windows costs its windows and the events in them, not a search per event of the
+        trace, nor the events between sparse windows (`window_table` asks twice per annotation name).
         Of windows with equal keys (equal starts), the last in order takes the events; the others take none.
         """
         if not len(window_lane) or not len(self.keys):
@@ -102,6 +108,10 @@ class LaneTimes:
         keys = lane * self.span + np.searchsorted(self.times, window_start[by_lane], "left")
         last_on_lane = np.append(lane[1:] != lane[:-1], True)
         next_keys = np.where(last_on_lane, (lane + 1) * self.span, np.append(keys[1:], 0))
+        if reach is not None:  # the rank past every start at or before the reach
+            reached = reach[by_lane]
+            reach_keys = lane * self.span + np.searchsorted(self.times, reached, "right")
+            next_keys = np.where(np.isnan(reached), keys, np.maximum(keys, np.minimum(next_keys, reach_keys)))
         first = np.searchsorted(self.keys, keys, "left")
         counts = np.searchsorted(self.keys, next_keys, "left") - first
         # The positions first[j] .. first[j] + counts[j] - 1 of every window j, in one array.

@@ -49,3 +49,20 @@ def test_the_same_answer_as_one_sort_of_windows_and_events(windows, events):
     lane, ts = np.array([e[0] for e in events], int), np.array([e[1] for e in events], float)
     want = latest_start_on_lane(window_lane, window_start, lane, ts)
     assert LaneTimes.of(lane, ts).latest_start(window_lane, window_start).tolist() == want.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    windows=st.lists(st.tuples(lanes, starts, starts | st.just(math.nan)), min_size=1, max_size=12),
+    events=st.lists(st.tuples(st.integers(0, 4), starts | st.just(math.nan)), min_size=0, max_size=30),
+)
+def test_a_windows_reach_keeps_exactly_its_members_that_start_by_it(windows, events):
+    # `window_of` asks only for the events that start by a window's end (+ 1 ns): the members without a reach,
+    # in the same order, less those that start after it (or have no start); none where the reach is NaN.
+    window_lane, window_start = np.array([w[0] for w in windows], int), np.array([w[1] for w in windows], float)
+    reach = np.array([w[2] for w in windows], float)
+    lane, ts = np.array([e[0] for e in events], int), np.array([e[1] for e in events], float)
+    placed = LaneTimes.of(lane, ts)
+    every = zip(*placed.members(window_lane, window_start), strict=True)
+    want = [(w, e) for w, e in every if ts[e] <= reach[w]]
+    assert list(zip(*placed.members(window_lane, window_start, reach), strict=True)) == want
