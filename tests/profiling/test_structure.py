@@ -52,6 +52,14 @@ def test_propagate_up_matches_walking_every_node_to_its_root():
         np.testing.assert_allclose(got, _subtree_sums(values, parent))
 
 
+def test_propagate_up_sums_a_chain_deeper_than_16_bit_levels():
+    # Depths spanning 2**16 levels or more are ordered by the comparison sort (a 16-bit radix key would wrap).
+    n = 2**16 + 10
+    parent = np.arange(-1, n - 1)
+    got = propagate_up(np.ones(n), parent, np.arange(n))
+    assert got.tolist() == list(range(n, 0, -1))
+
+
 def test_identical_intervals_nest_into_a_chain_and_sum_along_it():
     # A hostile trace: n equal intervals on one lane nest n deep; every level must still be summed.
     n = 3000
