@@ -154,3 +154,18 @@ def test_a_runtime_may_belong_to_the_step_or_a_2021_python_event():
     ]
     trace = parse_trace(json.dumps(events).encode())
     assert launch_owners(trace).tolist() == [-1, 0]
+
+
+def test_only_duration_events_own_launches_by_external_id():
+    # parse_nodes builds its nodes from duration ("X") events: an instant op carrying the same id, on a thread
+    # that ran first, owns nothing.
+    instant = {"ph": "i", "s": "t", "cat": "Operator", "name": "instant_op", "pid": 1, "tid": 1, "ts": 0}
+    events = [
+        instant | {"args": {"External id": 5}},
+        _x("Operator", "the_op", 2, 10, 50, External_id=5),
+        _x("Runtime", "cudaLaunchKernel", 2, 20, 1, external_id=5, correlation=1),
+    ]
+    trace = parse_trace(json.dumps(events).encode())
+    assert trace.kineto_2021
+    assert trace.events["name"].tolist() == ["instant_op", "the_op", "cudaLaunchKernel"]
+    assert launch_owners(trace).tolist() == [-1, -1, 1]

@@ -234,3 +234,23 @@ def test_python_events_spelled_the_2021_way(cats, old):
     events = [{"ph": "X", "cat": c, "name": f"e{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i, c in enumerate(cats)]
     assert parse_trace(json.dumps(events).encode()).python_spelled_2021 is old
     assert load_trace(VINTAGES / "kineto_2021.json").python_spelled_2021
+
+
+def test_complete_rows_are_the_duration_events_alone():
+    # Instants, begin/end pairs, flows and counters are kept as events but are not complete: `complete_rows`
+    # is the "X" events, in file order, as a plain loop over the JSON finds them.
+    base = {"cat": "cpu_op", "pid": 1, "tid": 1}
+    events = [
+        base | {"ph": "X", "name": "op", "ts": 0, "dur": 10},
+        base | {"ph": "i", "s": "t", "name": "instant", "ts": 1},
+        base | {"ph": "B", "name": "begun", "ts": 2},
+        base | {"ph": "E", "name": "begun", "ts": 3},
+        base | {"ph": "s", "cat": "ac2g", "name": "flow", "id": 1, "ts": 4},
+        base | {"ph": "f", "cat": "ac2g", "name": "flow", "id": 1, "ts": 5, "bp": "e"},
+        base | {"ph": "C", "name": "counter", "ts": 6, "args": {"bytes": 1}},
+        base | {"ph": "X", "name": "later op", "ts": 20, "dur": 1},
+    ]
+    trace = parse_trace(json.dumps(events).encode())
+    assert len(trace.events) == len(events)
+    want = [e["name"] for e in events if e["ph"] == "X"]
+    assert trace.events["name"].iloc[trace.complete_rows].tolist() == want
