@@ -24,7 +24,6 @@ HOST_WORK = ("cpu_op", "python_function", "user_annotation", *LAUNCH_CATEGORIES)
 FOCUS_SHARE = 0.5  # of the bar budget, kept for the events of the initial view (the first forward)
 
 TIMELINE_COLUMNS = ("name", "cat", "ts", "end", "dur", "pid", "tid")  # what merged bars are drawn from
-TEXT_COLUMNS = frozenset({"name", "cat", "pid", "tid"})
 
 
 @dataclass
@@ -204,8 +203,9 @@ def _timeline_column(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray 
     """One column of `rows`; a text column as a Categorical of the trace's codes (`Trace.texts`, made once):
     sorting, testing and merging millions of events by their text's integer code, not its string, and the
     values the same texts where read (half of a big trace's drawing was on strings)."""
-    if column not in TEXT_COLUMNS:
-        return trace.events[column].to_numpy()[rows]
+    values = trace.events[column]
+    if isinstance(values.dtype, np.dtype):  # a number; text is pandas' own array (as `rows_of` tells them apart)
+        return values.to_numpy()[rows]
     codes, texts = trace.texts.codes(column)
     return pd.Categorical.from_codes(codes[rows], categories=pd.Index(texts, dtype=object), validate=False)
 

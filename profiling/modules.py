@@ -75,7 +75,7 @@ def module_calls(trace: Trace) -> ModuleCalls:
     """Every module call with its parent call, depth, and host and device time, self and total."""
     ev = trace.events
     is_python = trace.texts.equals("cat", "python_function") & trace.texts.equals("ph", "X")
-    is_module = is_python & ev["name"].str.startswith(MODULE_PREFIX).to_numpy()
+    is_module = is_python & trace.texts.isin("name", lambda name: name.startswith(MODULE_PREFIX))
     rows = np.flatnonzero(is_module)
     local = np.full(len(ev), -1, dtype=np.int64)
     local[rows] = np.arange(len(rows))
