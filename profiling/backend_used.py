@@ -6,7 +6,7 @@ launches its own family of kernels; either is evidence inside the forward window
 
 from __future__ import annotations
 
-from profiling.kernels import decode
+from profiling.kernels import decode_most
 from profiling.windows import WindowStats
 
 # aten ops torch 2.x dispatches SDPA to (aten/src/ATen/native/transformers/attention.cpp).
@@ -29,8 +29,9 @@ def backend_used(forwards: WindowStats | None) -> str | None:
     for name in forwards.ops["name"].unique():
         if name in SDPA_OPS:
             return SDPA_OPS[name]
-    for name in forwards.gpu["name"].unique() if len(forwards.gpu) else ():
-        family = KERNEL_FAMILIES.get(decode(name).family)
+    infos = decode_most(forwards.gpu["name"], forwards.gpu["dur"]) if len(forwards.gpu) else {}
+    for info in infos.values():
+        family = KERNEL_FAMILIES.get(info.family)
         if family:
             return family
     return None

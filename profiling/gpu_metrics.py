@@ -18,7 +18,7 @@ tell is `tensor_core_unknown_percent`, so unknown never reads as "no".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ import pandas as pd
 
 from profiling import intervals as iv
 from profiling.devices import describe, device_ids, device_index, device_mapping
-from profiling.kernels import UNKNOWN, decode
+from profiling.kernels import UNKNOWN, decode_most
 from profiling.step_breakdown import steps_span
 from profiling.trace import Trace, per_trace
 
@@ -97,15 +97,15 @@ def _occupancy(kernels: pd.DataFrame, lo: float, hi: float) -> float | None:
     return min(float((occ[use] * weight[use]).sum() / total), 100.0) if total > 0 else None
 
 
-def tensor_core_use(names: Iterable[str]) -> dict[str, bool | None]:
-    """Whether each distinct name runs on tensor cores, by our decoder: each name decoded once, however
-    many devices or tables ask (decoding costs tens of microseconds, and a trace can hold 20,000 names)."""
-    return {name: decode(name).tensor_cores for name in dict.fromkeys(names)}
+def tensor_core_use(kernels: pd.DataFrame) -> dict[str, bool | None]:
+    """Whether each distinct kernel name runs on tensor cores, by our decoder: each name decoded once, however
+    many devices or tables ask, and past the MAX_NAMES_DECODED with the most time unknown (`decode_most`)."""
+    return {name: info.tensor_cores for name, info in decode_most(kernels["name"], kernels["dur"]).items()}
 
 
-def kernel_engines(names: Iterable[str]) -> dict[str, str]:
-    """What each distinct name runs on (tensor, simt, copy, unknown), by our decoder, each decoded once."""
-    return {name: decode(name).engine for name in dict.fromkeys(names)}
+def kernel_engines(kernels: pd.DataFrame) -> dict[str, str]:
+    """What each distinct kernel name runs on (tensor, simt, copy, unknown), as `tensor_core_use` decodes them."""
+    return {name: info.engine for name, info in decode_most(kernels["name"], kernels["dur"]).items()}
 
 
 def _tensor_core_share(kernels: pd.DataFrame, uses: Mapping[str, bool | None]) -> float | None:
@@ -115,7 +115,7 @@ def _tensor_core_share(kernels: pd.DataFrame, uses: Mapping[str, bool | None]) -
 
 def _unknown_engine_share(kernels: pd.DataFrame, engines: Mapping[str, str] | None) -> float | None:
     """Kernel time whose engine the decoder cannot tell over all kernel time, in %."""
-    engines = kernel_engines(kernels["name"]) if engines is None else engines
+    engines = kernel_engines(kernels) if engines is None else engines
     return _share(kernels, lambda name: engines[name] == UNKNOWN)
 
 
@@ -174,8 +174,9 @@ def gpu_metrics(trace: Trace) -> dict[str, Any]:
     listed = _most_kernel_time(ids, of_kernel, kernels["dur"].to_numpy()[known])
     rows_of = np.split(known[np.argsort(of_kernel, kind="stable")], np.cumsum(np.bincount(of_kernel))[:-1])
     mine = [kernels.iloc[rows_of[i]] for i in listed]
-    uses = tensor_core_use(name for frame in mine for name in frame["name"].unique())
-    engines = kernel_engines(uses)
+    infos = decode_most(kernels["name"], kernels["dur"])  # the listed devices' names are among them
+    uses = {name: info.tensor_cores for name, info in infos.items()}
+    engines = {name: info.engine for name, info in infos.items()}
     gpus = [
         {
             "device": int(ids[i]),
@@ -221,7 +222,7 @@ def kernel_stats(trace: Trace, uses: Mapping[str, bool | None] | None = None) ->
     stats["blocks per SM"] = _weighted_mean(valid_blocks_per_sm(k["blocks_per_sm"]), k["dur"], k["name"])
     occupancy = _weighted_mean(valid_occupancy(k["occupancy"]), k["dur"], k["name"])
     stats["achieved occupancy (%)"] = occupancy.clip(upper=100.0)  # rounding only: a mean of 0..100
-    uses = tensor_core_use(stats.index) if uses is None else uses
+    uses = tensor_core_use(k) if uses is None else uses
     stats["tensor cores"] = [_yes_no(uses[name]) for name in stats.index]
     stats.index.name = "name"
     return stats[KERNEL_STAT_COLUMNS]

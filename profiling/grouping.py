@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from profiling.gpu_metrics import valid_blocks_per_sm, valid_occupancy
-from profiling.kernels import decode
+from profiling.kernels import decode_most
 from profiling.launches import first_launches, launch_owners
 from profiling.names import cut_name
 from profiling.structure import propagate_up, structure
@@ -139,7 +139,7 @@ def kernels_by_properties(trace: Trace) -> pd.DataFrame:
     out = out.rename(columns={"max": "max (us)", "min": "min (us)"})
     out["mean blocks per SM"] = np.nan_to_num(weights[:, 0] / safe)
     out["mean occupancy (%)"] = np.clip(np.nan_to_num(weights[:, 1] / safe), 0.0, 100.0)
-    out["tensor cores"] = _engines(out["kernel"]).map(TENSOR_CORES).fillna("unknown").to_numpy()
+    out["tensor cores"] = _engines(out["kernel"], out["total (us)"]).map(TENSOR_CORES).fillna("unknown").to_numpy()
     out["op tc eligible"] = out["op"].isin(TC_ELIGIBLE_OPS).to_numpy()
     for column in ("registers/thread", "shared mem (B)"):
         out[column] = out[column].where(out[column] >= 0)
@@ -161,7 +161,7 @@ def tensor_core_ops(trace: Trace) -> pd.DataFrame:
     owner_is_op[known] = ev["cat"].to_numpy()[owner[known]] == "cpu_op"
     mine = k[owner_is_op]
     names = ev["name"].to_numpy()[owner[owner_is_op]]
-    tensor = _engines(mine["name"]).eq("tensor").to_numpy()
+    tensor = _engines(mine["name"], mine["dur"]).eq("tensor").to_numpy()
     dur = mine["dur"].to_numpy(dtype=np.float64)
     sums = pd.DataFrame({"name": names, "all": dur, "tc": np.where(tensor, dur, 0.0)}).groupby("name").sum()
     sums = sums.reindex(op_names).fillna(0.0)
@@ -313,8 +313,7 @@ def _launching_op(trace: Trace, correlation: np.ndarray) -> np.ndarray:
     return names[owner]  # -1 reads the "" appended
 
 
-def _engines(kernel_names: pd.Series) -> pd.Series:
-    """Each kernel's engine ("tensor", "simt", ...), decoded once per distinct name."""
-    distinct = pd.unique(kernel_names.to_numpy())
-    engine = {name: decode(name).engine for name in distinct}
+def _engines(kernel_names: pd.Series, dur: pd.Series) -> pd.Series:
+    """Each kernel's engine ("tensor", "simt", ...), decoded once per distinct name (`decode_most`, by `dur`)."""
+    engine = {name: info.engine for name, info in decode_most(kernel_names, dur).items()}
     return kernel_names.map(engine)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profiling.kernels import decode
+from profiling.kernels import decode_most
 from profiling.structure import lane_codes
 from profiling.trace import LAUNCH_CATEGORIES, Trace
 from profiling.windows import latest_start_on_lane
@@ -73,7 +73,8 @@ def rotary_work(trace: Trace) -> RotaryWork | None:
     launched = gpu[gpu["correlation"].isin(correlations[~np.isnan(correlations)])]
     known = ev["correlation"].to_numpy()[launches]
     lost = int((~gpu["correlation"].isin(known[~np.isnan(known)])).sum())
-    fused_names = [n for n in pd.unique(launched["name"]) if decode(n).family == FUSED_FAMILY]  # once per name
+    infos = decode_most(launched["name"], launched["dur"])  # once per name
+    fused_names = [name for name, info in infos.items() if info.family == FUSED_FAMILY]
     fused = launched["name"].isin(fused_names).to_numpy()
     return RotaryWork(
         frames=len(outer),

@@ -335,4 +335,5 @@ def per_window_counts(names: pd.Series, windows: int) -> dict[str, float]:
     """Per-window count of each name: what `/diff` compares between two runs."""
     if not windows:
         return {}
-    return {str(k): round(v / windows, 3) for k, v in names.value_counts().items()}
+    counts = names.value_counts()  # a categorical's counts hold every name of the trace, 0 where not in a window
+    return {str(k): round(v / windows, 3) for k, v in counts[counts > 0].items()}

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from profiling.gpu_metrics import kernel_stats
-from profiling.kernels import decode, short_name
+from profiling.kernels import decode_most, short_name
 from profiling.launches import first_launches, launch_owners
 from profiling.names import MAX_NAME_CHARS, cut_name
 from profiling.structure import propagate_up, structure
@@ -191,7 +191,8 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
     grouped = gpu[["name", "cat", "dur", "grid", "block", "registers", "shared_memory"]].groupby("name", sort=False)
     first = grouped.first()
     names = first.index
-    decoded = [decode(n) for n in names]  # once per name: the tensor-core column and the meaning read it
+    infos = decode_most(gpu["name"], gpu["dur"])  # once per name: the tensor-core column and the meaning read it
+    decoded = [infos[n] for n in names]
     stats = kernel_stats(trace, {n: d.tensor_cores for n, d in zip(names, decoded, strict=True)}).reindex(names)
     table = pd.DataFrame(
         {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiling.insights.base import NAME_IN_PROSE, Evidence, Finding, Rule, gpu_share, short
-from profiling.kernels import decode
+from profiling.kernels import decode_most
 from profiling.rotary import rotary_work
 from profiling.step_breakdown import step_at
 
@@ -17,7 +17,9 @@ def unfused_rotary(ev: Evidence) -> Finding | None:
         return None
     gpu = work.gpu
     per_name = gpu["name"].value_counts()  # decoded once per distinct name, not per kernel
-    kinds = per_name.groupby([decode(name).short_name for name in per_name.index], sort=False).sum()
+    per_name = per_name[per_name > 0]  # a categorical's counts hold every name of the trace, launched here or not
+    infos = decode_most(gpu["name"], gpu["dur"])
+    kinds = per_name.groupby([infos[str(name)].short_name for name in per_name.index], sort=False).sum()
     kinds = kinds.sort_values(ascending=False, kind="stable")
     worst = gpu.loc[gpu["dur"].idxmax()]
     lost = (

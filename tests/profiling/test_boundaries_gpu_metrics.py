@@ -214,7 +214,7 @@ def test_a_huge_blocks_per_sm_does_not_swamp_a_small_one():
 
 def test_no_span_or_an_empty_span_leaves_the_metrics_out_but_not_the_tensor_core_share():
     kernels = trace_of([kernel(0, 10, TENSOR), kernel(10, 30, PLAIN)]).kernels
-    uses = gm.tensor_core_use(kernels["name"])
+    uses = gm.tensor_core_use(kernels)
     for span in (None, (5.0, 5.0), (6.0, 5.0)):
         got = gm._device_metrics(kernels, span, uses)
         assert [got[k] for k in gm.METRICS[:3]] == [None, None, None]
@@ -226,7 +226,7 @@ def test_tensor_core_share_counts_only_known_tensor_core_kernels():
     got = metrics(kernel(0, 10, TENSOR), kernel(10, 20, PLAIN), kernel(30, 10, ELEMENTWISE), kernel(40, 10, TENSOR))
     assert got["tensor_core_time_percent"] == pytest.approx(100 * (10 + 10) / (10 + 20 + 10 + 10))
     kernels = trace_of([kernel(0, 0, TENSOR)]).kernels
-    assert gm._tensor_core_share(kernels, gm.tensor_core_use(kernels["name"])) is None  # no kernel time
+    assert gm._tensor_core_share(kernels, gm.tensor_core_use(kernels)) is None  # no kernel time
 
 
 # --- several GPUs ----------------------------------------------------------------------------------

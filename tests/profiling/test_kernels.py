@@ -5,18 +5,23 @@ import json
 import pandas as pd
 import pytest
 
+from profiling import kernels
+from profiling.analysis import analyze
 from profiling.kernels import (
     ATTENTION_FAMILIES,
     MAX_BACK_REFERENCES,
+    MAX_NAMES_DECODED,
+    NOT_DECODED,
     PATTERNS,
     PATTERNS_FILE,
     PRECISIONS,
     decode,
+    decode_most,
     decoded_kernel_time_percent,
     demangle,
     short_name,
 )
-from profiling.trace import load_trace
+from profiling.trace import load_trace, parse_trace
 from tests.conftest import DATA
 
 CASES = [
@@ -237,3 +242,47 @@ def test_a_split_k_reduction_is_no_fp32_gemm():
     events = [{**kernel, "name": name, "ts": 10 * i} for i, name in enumerate(names)]
     trace = parse_trace(json.dumps({"traceEvents": events}).encode())
     assert cuda_core_gemms(trace.gpu_activity)["name"].tolist() == ["ampere_sgemm_32x128_tn"]
+
+
+def test_decode_most_decodes_the_names_with_the_most_time_and_leaves_the_rest_unclaimed():
+    gemm, fill, custom = "ampere_sgemm_128x64_tn", "void at::native::FillFunctor<float>(int)", "my_kernel"
+    names = [f"{gemm}_{i}" for i in range(MAX_NAMES_DECODED - 1)] + [fill, fill, custom, None]
+    dur = [10.0] * (MAX_NAMES_DECODED - 1) + [0.5, 0.5, 1.0, 99.0]
+    infos = decode_most(pd.Series(names, dtype="category"), pd.Series(dur))
+    assert len(infos) == MAX_NAMES_DECODED + 1  # distinct names; a missing name is none
+    assert infos[fill] == decode(fill) and infos[fill].engine == "simt"  # 1.0 µs in all: kept, by its sum
+    left = infos[custom]  # the same 1.0 µs, seen later: the tie goes to the first seen, and this one is past the cap
+    assert (left.family, left.engine, left.precision, left.meaning, left.short_name) == (
+        "other",
+        "unknown",
+        None,
+        NOT_DECODED,
+        custom,
+    )
+    assert all(infos[n] == decode(n) for n in names[: MAX_NAMES_DECODED - 1])
+
+
+def test_an_upload_of_many_kernel_names_decodes_only_the_most_timed():
+    # 300 names past the cap, each kernel a distinct duration: the names kept are those with the most time.
+    count, events = MAX_NAMES_DECODED + 300, []
+    for i in range(count):
+        args = {"correlation": i, "stream": 7, "device": 0}
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"sgemm_{i}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 10 * i,
+                "dur": 1 + i % 997 + i / count,
+                "args": args,
+            }
+        )
+    kernels._decode.cache_clear()
+    table = analyze(parse_trace(json.dumps({"traceEvents": events}).encode())).kernel_table
+    assert kernels._decode.cache_info().misses <= MAX_NAMES_DECODED  # however many rules and tables ask
+    by_time = sorted(events, key=lambda e: -e["dur"])
+    left = {e["name"] for e in by_time[MAX_NAMES_DECODED:]}
+    assert set(table.loc[table["meaning"] == NOT_DECODED, "name"]) == left
+    assert set(table.loc[table["family"] == "gemm", "name"]) == {e["name"] for e in by_time[:MAX_NAMES_DECODED]}

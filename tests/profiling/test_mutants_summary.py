@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from profiling.analysis import analyze
 from profiling.step_breakdown import step_breakdown
-from profiling.summary import trace_summary
+from profiling.summary import per_window_counts, trace_summary
 from profiling.trace import load_trace
 from tests import reference
 from tests.conftest import DATA
@@ -50,3 +51,10 @@ def test_trace_summary_leaves_an_empty_list_for_the_insights():
     trace = load_trace(DATA / "a100_simple_add.json.gz")
     summary = trace_summary(trace, None, 0, 0, step_breakdown(trace))
     assert summary["insights"] == [] and summary["forwards"] == 0 and summary["ops_per_forward"] is None
+
+
+def test_per_window_counts_name_only_what_the_windows_hold():
+    # Kernel names are categoricals of every name in the trace: one not in a window is not counted at 0.
+    names = pd.Series(pd.Categorical(["k1", "k1", "k2"], categories=["k0", "k1", "k2", "k3"]))
+    assert per_window_counts(names, 2) == {"k1": 1.0, "k2": 0.5}
+    assert per_window_counts(names, 0) == {}

@@ -42,6 +42,9 @@ def test_transformers_rope_is_found_unfused_with_its_share(name):
     assert finding.gpu_time_percent == pytest.approx(100 * rope_us / gpu_us)
     assert finding.evidence["kernels_per_call"] == kernels / calls >= 2
     assert "lower bound" in finding.detail and finding.evidence["lost_launches"] > 0
+    # The kinds named are those launched in the frames, each counted: none of the trace's other kernels at 0.
+    named = finding.evidence["kernel_names"]
+    assert sum(named.values()) == kernels and min(named.values()) > 0 and " x0" not in finding.detail
 
 
 @pytest.mark.parametrize(
