@@ -186,17 +186,28 @@ class Block:
     skipped: int
     rows: int
     texts: dict[str, TextColumn]
-    numbers: dict[str, np.ndarray]
+    numbers: dict[str, np.ndarray | None]  # None: missing in every row (a block from the helper, below)
     objects: dict[str, ObjectColumn]
     lane_names: LaneNames = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (from the decode helper, profiling/reader_pool.py) without the object args' parsed values: the
-        reader holds a value for nearly every key already, as a trace repeats its shapes every step, and
-        unpickling them was two thirds of a block's cost. `Columns` parses the keys it has not seen."""
+        """Pickled (from the decode helper, profiling/reader_pool.py) in half the bytes of its arrays:
+        - without the object args' parsed values: the reader holds a value for nearly every key already, as a
+          trace repeats its shapes every step, and unpickling them was two thirds of a block's cost; `Columns`
+          parses the keys it has not seen;
+        - a numeric column missing in every row as None (most args are: a kernel has no `Addr`), which
+          `Columns` reads as missing, as it reads such a column;
+        - codes as int32 (a batch holds far fewer than 2**31 distinct values)."""
         state = self.__dict__.copy()
-        state["objects"] = {name: (codes, keys, None) for name, (codes, keys, _) in self.objects.items()}
+        state["texts"] = {name: (codes.astype(np.int32), texts) for name, (codes, texts) in self.texts.items()}
+        state["numbers"] = {name: _unless_missing(values) for name, values in self.numbers.items()}
+        objects = self.objects.items()
+        state["objects"] = {name: (codes.astype(np.int32), keys, None) for name, (codes, keys, _) in objects}
         return state
+
+
+def _unless_missing(values: np.ndarray | None) -> np.ndarray | None:
+    return None if values is None or np.isnan(values).all() else values
 
 
 def block_of(rows: Rows, seen: int, base: int = 0, absolute: bool = False) -> Block:

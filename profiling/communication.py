@@ -38,11 +38,15 @@ from profiling.trace import Trace, codes_of, per_trace
 # Names of collectives the decoder may not know; searched case-blind. Linear in the name: literal
 # alternatives, each with at most one optional character. Inductor's `triton_*` kernels are left out:
 # their names list the ops they fuse, and an `all_reduce` there is the copy into the collective's buffer.
-COLLECTIVE_NAMES = re.compile(
+_COLLECTIVE_WORDS = (
     r"nccl|rccl|mscclpp|multimem_|symmetric_memory|cross_device_reduce|quickreduce"
-    r"|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all",
-    re.IGNORECASE,
+    r"|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
 )
+COLLECTIVE_NAMES = re.compile(_COLLECTIVE_WORDS, re.IGNORECASE)
+# The same words on an ASCII name lower-cased once: 5-18x faster than the case-blind search (0.4 ms on a
+# 4 kB name, and an upload can hold 15,000 such names). Only ASCII: Unicode case-blindness matches more
+# than `str.lower` gives (the long s, `ſ`, matches `s`).
+_COLLECTIVE_LOWER = re.compile(_COLLECTIVE_WORDS)
 # HTA's kernels that are neither communication nor computation (Memcpy, Memset, Sync anywhere in the name).
 NOT_COMPUTATION = re.compile(r"Memcpy|Memset|Sync")
 MAX_NAMES_LISTED = 5  # collectives named in a finding
@@ -52,7 +56,13 @@ def is_collective(name: str, decoded: bool = True) -> bool:
     """Whether a kernel name is a collective's: by the decoder's family (where `decoded`), else by name."""
     if name.startswith("triton_"):
         return False
-    return (decoded and decode(name).family == "communication") or COLLECTIVE_NAMES.search(name) is not None
+    return (decoded and decode(name).family == "communication") or _named_collective(name)
+
+
+def _named_collective(name: str) -> bool:
+    """`COLLECTIVE_NAMES.search(name)`, in a tenth of the time on an ASCII name."""
+    found = _COLLECTIVE_LOWER.search(name.lower()) if name.isascii() else COLLECTIVE_NAMES.search(name)
+    return found is not None
 
 
 def name_flags(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

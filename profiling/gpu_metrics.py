@@ -98,25 +98,25 @@ def _occupancy(kernels: pd.DataFrame, lo: float, hi: float) -> float | None:
 
 
 def tensor_core_use(kernels: pd.DataFrame) -> dict[str, bool | None]:
-    """Whether each distinct kernel name runs on tensor cores, by our decoder: each name decoded once, however
-    many devices or tables ask, and past the MAX_NAMES_DECODED with the most time unknown (`decode_most`)."""
+    """Whether each kernel name runs on tensor cores, by our decoder: each name decoded once, however many
+    devices or tables ask; a name past the MAX_NAMES_DECODED with the most time is not here: unknown."""
     return {name: info.tensor_cores for name, info in decode_most(kernels["name"], kernels["dur"]).items()}
 
 
 def kernel_engines(kernels: pd.DataFrame) -> dict[str, str]:
-    """What each distinct kernel name runs on (tensor, simt, copy, unknown), as `tensor_core_use` decodes them."""
+    """What each kernel name runs on (tensor, simt, copy, unknown), for the names `tensor_core_use` holds."""
     return {name: info.engine for name, info in decode_most(kernels["name"], kernels["dur"]).items()}
 
 
 def _tensor_core_share(kernels: pd.DataFrame, uses: Mapping[str, bool | None]) -> float | None:
     """Tensor-core kernel time over all kernel time, in % (the plugin's definition; `uses` from `tensor_core_use`)."""
-    return _share(kernels, lambda name: uses[name] is True)
+    return _share(kernels, lambda name: uses.get(name) is True)
 
 
 def _unknown_engine_share(kernels: pd.DataFrame, engines: Mapping[str, str] | None) -> float | None:
-    """Kernel time whose engine the decoder cannot tell over all kernel time, in %."""
+    """Kernel time whose engine the decoder cannot tell (or did not decode) over all kernel time, in %."""
     engines = kernel_engines(kernels) if engines is None else engines
-    return _share(kernels, lambda name: engines[name] == UNKNOWN)
+    return _share(kernels, lambda name: engines.get(name, UNKNOWN) == UNKNOWN)
 
 
 def _share(kernels: pd.DataFrame, counted: Callable[[str], bool]) -> float | None:
@@ -223,7 +223,7 @@ def kernel_stats(trace: Trace, uses: Mapping[str, bool | None] | None = None) ->
     occupancy = _weighted_mean(valid_occupancy(k["occupancy"]), k["dur"], k["name"])
     stats["achieved occupancy (%)"] = occupancy.clip(upper=100.0)  # rounding only: a mean of 0..100
     uses = tensor_core_use(k) if uses is None else uses
-    stats["tensor cores"] = [_yes_no(uses[name]) for name in stats.index]
+    stats["tensor cores"] = [_yes_no(uses.get(name)) for name in stats.index]
     stats.index.name = "name"
     return stats[KERNEL_STAT_COLUMNS]
 

@@ -329,21 +329,26 @@ def undecoded(name: str) -> KernelInfo:
     return KernelInfo(OTHER, (NOT_DECODED,), NOT_DECODED, None, UNKNOWN, None, cut_name(name))
 
 
+UNDECODED = undecoded("")  # one for every name left out, where the caller has the name itself (the kernel table)
+
+
 def decode_most(names: pd.Series | np.ndarray, dur: pd.Series | np.ndarray) -> dict[str, KernelInfo]:
-    """Each distinct name of `names` (one per event, beside its `dur`), decoded: the MAX_NAMES_DECODED with
-    the most time (ties: first seen), the others `undecoded`. Decoding costs 100-400 µs a name, so a small
-    upload of 200,000 distinct names would take a minute or more decoded whole; the first 1,000 by time hold
-    nearly all the time of any real trace (none in tests/data or ../shared/traces holds more names)."""
+    """The MAX_NAMES_DECODED distinct names of `names` (one per event, beside its `dur`) with the most time
+    (ties: first seen), decoded; a name not here reads as `undecoded` (`info_of`). Decoding costs about 200 µs
+    a name, so an upload of 200,000 distinct names would take a minute or more decoded whole; no real trace in
+    tests/data or ../shared/traces holds more than 199 kernel names. Nothing is built per name left out."""
     codes, uniques = pd.factorize(names, use_na_sentinel=True)
     named = codes >= 0
     weights = np.nan_to_num(np.asarray(dur, dtype=np.float64)[named])
     time = np.bincount(codes[named], weights=weights, minlength=len(uniques))
-    kept = np.zeros(len(uniques), dtype=bool)
-    kept[np.argsort(-time, kind="stable")[:MAX_NAMES_DECODED]] = True
-    return {
-        str(name): decode(str(name)) if keep else undecoded(str(name))
-        for name, keep in zip(uniques, kept.tolist(), strict=True)
-    }
+    kept = np.sort(np.argsort(-time, kind="stable")[:MAX_NAMES_DECODED])  # in order of first sight
+    return {name: decode(name) for name in map(str, np.asarray(uniques, dtype=object)[kept])}
+
+
+def info_of(infos: dict[str, KernelInfo], name: str) -> KernelInfo:
+    """`name`'s entry in `decode_most`'s answer, or `undecoded` where it was left out."""
+    info = infos.get(name)
+    return undecoded(name) if info is None else info
 
 
 def decoded_kernel_time_percent(kernels: pd.DataFrame) -> float | None:
@@ -355,5 +360,5 @@ def decoded_kernel_time_percent(kernels: pd.DataFrame) -> float | None:
     if not total > 0:
         return None
     infos = decode_most(per_name.index.to_numpy(dtype=object), per_name.to_numpy())
-    known = np.array([infos[str(name)].family != OTHER for name in per_name.index], dtype=bool)
+    known = per_name.index.isin([name for name, info in infos.items() if info.family != OTHER])
     return 100.0 * float(per_name[known].sum()) / total

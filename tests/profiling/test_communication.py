@@ -11,8 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from profiling.communication import communication_stats, communication_summary, is_collective
+from profiling.communication import (
+    COLLECTIVE_NAMES,
+    _named_collective,
+    communication_stats,
+    communication_summary,
+    is_collective,
+)
 from profiling.insights.base import Evidence, Insight
 from profiling.insights.communication import MIN_KERNEL_TIME_PERCENT, MIN_STEP_PERCENT, communication
 from profiling.trace import Trace, load_trace, parse_trace
@@ -233,3 +241,15 @@ def test_communication_synthetic_absent():
     assert communication(evidence(comm_trace("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 50))) is None
     # Not a collective at all: a reduction kernel of the same length.
     assert communication(evidence(comm_trace("void at::native::reduce_kernel<512, 1>", 400))) is None
+
+
+WORDS = ["NCCL", "rccl", "MultiMem_", "All_Reduce", "allgather", "Reduce_ſcatter", "ALL_TO_ALL", "cross_device_REDUCE"]
+
+
+@given(st.lists(st.sampled_from(WORDS) | st.text(alphabet="aAlLrRsScC_ſKkK x", max_size=12) | st.text(max_size=6)))
+def test_the_lower_cased_collective_test_is_the_case_blind_regex(parts):
+    # The fast path lower-cases ASCII names once; any other name takes the case-blind regex, which matches
+    # more than `str.lower` gives (the long s and the Kelvin sign).
+    name = "".join(parts)
+    assert _named_collective(name) == (COLLECTIVE_NAMES.search(name) is not None)
+    assert _named_collective("void reduce_ſcatter_kernel") and _named_collective("ncclDevKernel_AllGather_RING")

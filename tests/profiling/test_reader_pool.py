@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import profiling.reader as reader
@@ -261,3 +262,28 @@ def test_a_block_travels_without_its_parsed_values_and_reads_the_same():
     expected, got = direct.arrays()["input_dims"], travelled.arrays()["input_dims"]
     assert list(got) == list(expected) == [[[2, 3], []], [[4]], [[2, 3], []], [["ñ", 1.5e-7]], [[4]], None]
     assert got[0] is got[2]  # equal values stay one object
+
+
+def test_a_real_traces_blocks_travel_in_fewer_bytes_and_read_the_same():
+    # Numbers missing in every row travel as None and codes as int32; the columns built from them are the same.
+    splitter = reader.Splitter(Limits())
+    data = gzip.decompress((DATA / "sampled_training_rank0.json.gz").read_bytes())
+    batches = [batch for chunk in _chunks(data) for batch in splitter.feed(chunk)]
+    blocks = [decode_batch(batch, 0) for batch in batches]
+    sent = [pickle.loads(pickle.dumps(block, protocol=5)) for block in blocks]
+    empty = {name for block in sent for name, values in block.numbers.items() if values is None}
+    assert {"addr", "python_id"} <= empty and "ts" not in empty  # a training trace without memory or Python events
+    assert all(codes.dtype.itemsize == 4 for block in sent for codes, _ in block.texts.values())
+    direct, travelled = Columns(Limits()), Columns(Limits())
+    for block, wire in zip(blocks, sent, strict=True):
+        direct.append(block, 10**6)
+        travelled.append(wire, 10**6)
+    expected, got = direct.arrays(), travelled.arrays()
+    assert expected.keys() == got.keys()
+    for name, column in expected.items():
+        assert got[name].dtype == column.dtype, name
+        assert pd.Series(got[name]).equals(pd.Series(column)), name
+
+
+def _chunks(data: bytes, size: int = 256 * 1024) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
