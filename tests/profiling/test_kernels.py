@@ -282,9 +282,17 @@ def test_an_upload_of_many_kernel_names_decodes_only_the_most_timed():
             }
         )
     kernels._decode.cache_clear()
-    table = analyze(parse_trace(json.dumps({"traceEvents": events}).encode())).kernel_table
+    analysis = analyze(parse_trace(json.dumps({"traceEvents": events}).encode()))
+    table, summary = analysis.kernel_table, analysis.summary
     assert kernels._decode.cache_info().misses <= MAX_NAMES_DECODED  # however many rules and tables ask
     by_time = sorted(events, key=lambda e: -e["dur"])
     left = {e["name"] for e in by_time[MAX_NAMES_DECODED:]}
     assert set(table.loc[table["meaning"] == NOT_DECODED, "name"]) == left
+    undecoded_rows = table[table["name"].isin(left)]
+    assert (undecoded_rows["kernel"] == undecoded_rows["name"]).all()  # its own name, no decoder's short name
+    assert set(undecoded_rows["engine"]) == {"unknown"} and undecoded_rows["precision"].isna().all()
+    # Every decoded sgemm runs on CUDA cores: the time of the names left out is the unknown-engine share.
+    total, unknown = sum(e["dur"] for e in events), sum(e["dur"] for e in by_time[MAX_NAMES_DECODED:])
+    assert summary["tensor_core_unknown_percent"] == pytest.approx(100 * unknown / total)
+    assert summary["decoded_kernel_time_percent"] == pytest.approx(100 * (total - unknown) / total)
     assert set(table.loc[table["family"] == "gemm", "name"]) == {e["name"] for e in by_time[:MAX_NAMES_DECODED]}
