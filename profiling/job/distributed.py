@@ -20,7 +20,7 @@ import pandas as pd
 
 from profiling.insights.base import Finding
 from profiling.job.rank_summary import PARTS, RankSummary
-from profiling.kernels import short_name
+from profiling.kernels import decode_most
 
 MAD_SCALE = 1.4826  # a normal distribution's σ ÷ its MAD
 STRAGGLER_MADS = 3.0
@@ -93,18 +93,24 @@ def sync_wait(ranks: dict[int, RankSummary]) -> tuple[pd.DataFrame | None, str |
 
 def collective_table(ranks: dict[int, RankSummary]) -> pd.DataFrame:
     """Per op (the kernel's `short_name`: no return type, templates or parameters) over all ranks: calls,
-    bytes, total and average time (µs), and algorithmic bandwidth (GB/s).
+    bytes, total and average time (µs), and algorithmic bandwidth (GB/s). Names past the MAX_NAMES_DECODED
+    with the most time are not decoded (`decode_most`): such an op is its whole name.
 
     Bytes and bandwidth count only the calls whose size the trace gives; unknown stays NaN, never 0."""
-    rows = [
-        {"op": short_name(c["name"]), "dur_us": c["dur_us"], "bytes": np.nan if c["bytes"] is None else c["bytes"]}
-        for summary in ranks.values()
-        for c in summary.collectives
-    ]
+    calls = [c for summary in ranks.values() for c in summary.collectives]
     columns = ["op", "calls", "bytes", "total_us", "average_us", "algbw_GBps"]
-    if not rows:
+    if not calls:
         return pd.DataFrame(columns=columns)
-    frame = pd.DataFrame(rows)
+    names = np.array([c["name"] for c in calls], dtype=object)
+    dur = np.array([c["dur_us"] for c in calls], dtype=np.float64)
+    infos = decode_most(names, dur)
+    frame = pd.DataFrame(
+        {
+            "op": [infos[name].short_name if name in infos else name for name in names],
+            "dur_us": dur,
+            "bytes": np.array([np.nan if c["bytes"] is None else c["bytes"] for c in calls], dtype=np.float64),
+        }
+    )
     sized = frame[frame["bytes"].notna()].groupby("op")
     table = frame.groupby("op").agg(calls=("dur_us", "size"), total_us=("dur_us", "sum"))
     table["bytes"] = sized["bytes"].sum().reindex(table.index)

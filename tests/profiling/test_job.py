@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 from bench import make_ranks
+from profiling import kernels
 from profiling.job.distributed import collective_table
-from profiling.job.rank_summary import summarize_rank
+from profiling.job.rank_summary import RankSummary, summarize_rank
 from profiling.job.ranks import DuplicateRankError, JobError, assign_ranks
 from profiling.job.run import JobResult, analyze_job, job_files
 from tests import job_oracle
@@ -212,3 +213,17 @@ def test_generated_ranks_keep_every_event_and_link(job_dir: Path) -> None:
     timed = sorted((i for i, e in enumerate(source) if "ts" in e), key=lambda i: source[i]["ts"])
     moved = [events[i]["ts"] for i in timed]
     assert moved == sorted(moved)  # one clock, stretched: whatever came first still does
+
+
+def test_a_job_of_many_collective_names_decodes_only_those_with_the_most_time() -> None:
+    """A crafted job may name every collective call apart: the table decodes the 1,000 with the most time."""
+    names = [f"ncclDevKernel_AllReduce_{i}(int, float*)" for i in range(kernels.MAX_NAMES_DECODED + 5)]
+    calls = [{"name": name, "dur_us": 1.0 + i, "bytes": None} for i, name in enumerate(names)]
+    kernels._decode.cache_clear()
+    table = collective_table(
+        {0: RankSummary(path="a", collectives=calls[:600]), 1: RankSummary(path="b", collectives=calls[600:])}
+    )
+    assert kernels._decode.cache_info().misses <= kernels.MAX_NAMES_DECODED
+    least = set(names[:5])  # the five calls with the least time keep their whole name; the rest lose the parameters
+    assert set(table["op"]) == least | {name.split("(")[0] for name in names[5:]}
+    assert table["calls"].sum() == len(calls) and table["total_us"].sum() == sum(c["dur_us"] for c in calls)
