@@ -174,9 +174,7 @@ def gpu_metrics(trace: Trace) -> dict[str, Any]:
     listed = _most_kernel_time(ids, of_kernel, kernels["dur"].to_numpy()[known])
     rows_of = np.split(known[np.argsort(of_kernel, kind="stable")], np.cumsum(np.bincount(of_kernel))[:-1])
     mine = [kernels.iloc[rows_of[i]] for i in listed]
-    infos = decode_most(kernels["name"], kernels["dur"])  # the listed devices' names are among them
-    uses = {name: info.tensor_cores for name, info in infos.items()}
-    engines = {name: info.engine for name, info in infos.items()}
+    uses, engines = tensor_core_use(kernels), kernel_engines(kernels)  # the listed devices' names are among them
     gpus = [
         {
             "device": int(ids[i]),

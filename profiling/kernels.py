@@ -329,7 +329,7 @@ def undecoded(name: str) -> KernelInfo:
     return KernelInfo(OTHER, (NOT_DECODED,), NOT_DECODED, None, UNKNOWN, None, cut_name(name))
 
 
-UNDECODED = undecoded("")  # one for every name left out, where the caller has the name itself (the kernel table)
+UNDECODED = undecoded("")  # one for every name left out, where the caller has the name itself (`short_name_in`)
 
 
 def decode_most(names: pd.Series | np.ndarray, dur: pd.Series | np.ndarray) -> dict[str, KernelInfo]:
@@ -349,6 +349,12 @@ def info_of(infos: dict[str, KernelInfo], name: str) -> KernelInfo:
     """`name`'s entry in `decode_most`'s answer, or `undecoded` where it was left out."""
     info = infos.get(name)
     return undecoded(name) if info is None else info
+
+
+def short_name_in(infos: dict[str, KernelInfo], name: str) -> str:
+    """`name`'s short name where `decode_most` decoded it, else its own text (no object built for it)."""
+    info = infos.get(name)
+    return name if info is None else info.short_name
 
 
 def decoded_kernel_time_percent(kernels: pd.DataFrame) -> float | None:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from profiling.gpu_metrics import kernel_stats
-from profiling.kernels import UNDECODED, decode_most, short_name
+from profiling.kernels import UNDECODED, decode_most, short_name, short_name_in
 from profiling.launches import first_launches, launch_owners
 from profiling.names import MAX_NAME_CHARS, cut_name
 from profiling.structure import propagate_up, structure
@@ -192,12 +192,12 @@ def kernel_table(trace: Trace, forwards: WindowStats | None = None) -> pd.DataFr
     first = grouped.first()
     names = first.index
     infos = decode_most(gpu["name"], gpu["dur"])  # once per name: the tensor-core column and the meaning read it
-    # A name left undecoded shares one placeholder: its own text is its short name (nothing built per name).
+    # A name left undecoded shares one placeholder for its meaning and family (nothing built per name).
     decoded = [infos.get(n, UNDECODED) for n in names]
     stats = kernel_stats(trace, {n: d.tensor_cores for n, d in infos.items()}).reindex(names)
     table = pd.DataFrame(
         {
-            "kernel": [_cut_short(n if d is UNDECODED else d.short_name) for n, d in zip(names, decoded, strict=True)],
+            "kernel": [_cut_short(short_name_in(infos, n)) for n in names],
             "kind": first["cat"].to_numpy(),
             "count": grouped.size().to_numpy(),
             "per forward": 0.0,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiling.insights.base import NAME_IN_PROSE, Evidence, Finding, Rule, gpu_share, short
-from profiling.kernels import decode_most, info_of
+from profiling.kernels import decode_most, short_name_in
 from profiling.rotary import rotary_work
 from profiling.step_breakdown import step_at
 
@@ -19,7 +19,7 @@ def unfused_rotary(ev: Evidence) -> Finding | None:
     per_name = gpu["name"].value_counts()  # decoded once per distinct name, not per kernel
     per_name = per_name[per_name > 0]  # a categorical's counts hold every name of the trace, launched here or not
     infos = decode_most(gpu["name"], gpu["dur"])
-    kinds = per_name.groupby([info_of(infos, str(name)).short_name for name in per_name.index], sort=False).sum()
+    kinds = per_name.groupby([short_name_in(infos, str(name)) for name in per_name.index], sort=False).sum()
     kinds = kinds.sort_values(ascending=False, kind="stable")
     worst = gpu.loc[gpu["dur"].idxmax()]
     lost = (

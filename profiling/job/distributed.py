@@ -20,7 +20,7 @@ import pandas as pd
 
 from profiling.insights.base import Finding
 from profiling.job.rank_summary import PARTS, RankSummary
-from profiling.kernels import decode_most
+from profiling.kernels import decode_most, short_name_in
 
 MAD_SCALE = 1.4826  # a normal distribution's σ ÷ its MAD
 STRAGGLER_MADS = 3.0
@@ -106,7 +106,7 @@ def collective_table(ranks: dict[int, RankSummary]) -> pd.DataFrame:
     infos = decode_most(names, dur)
     frame = pd.DataFrame(
         {
-            "op": [infos[name].short_name if name in infos else name for name in names],
+            "op": [short_name_in(infos, name) for name in names],
             "dur_us": dur,
             "bytes": np.array([np.nan if c["bytes"] is None else c["bytes"] for c in calls], dtype=np.float64),
         }
