@@ -219,22 +219,30 @@ def block_of(rows: Rows, seen: int, base: int = 0, absolute: bool = False) -> Bl
     ts, dur = _times(rows.field("ts"), 0 if absolute else base), _times(rows.field("dur"))
     if absolute and base:
         ts -= base
-    complete, metadata = ph == "X", ph == "M"
-    # Metadata ("M") events carry no time; every other usable event needs a finite start, and a
-    # duration event also a non-negative duration and a name.
-    usable = metadata | (~np.isnan(ts) & (~complete | ((dur >= 0) & (_decoded(names["name"]) != ""))))
-    keep = np.flatnonzero(usable)
+    keep, numbers = usable(names, ph, ts, dur)
     if len(keep) < len(rows):
         rows = rows.take(keep.tolist())
         names = {field: (codes[keep], texts) for field, (codes, texts) in names.items()}
-        ts, dur, complete = ts[keep], dur[keep], complete[keep]
-    dur = np.where(complete, dur, 0.0)
     names |= {lane: _lanes(rows.field(lane)) for lane in ("pid", "tid")}
-    numbers = {"ts": ts, "dur": dur, "end": ts + dur}
     numbers |= {column: rows.numbers(key) for key, column in NUMERIC_ARGS.items()}
     objects = {column: rows.objects(key) for key, column in OBJECT_ARGS.items()}
     lanes = lane_names(rows, names, np.flatnonzero(ph[keep] == "M"))
     return Block(seen, seen - len(keep), len(keep), names, numbers, objects, lanes)
+
+
+def usable(
+    names: dict[str, TextColumn], ph: np.ndarray, ts: np.ndarray, dur: np.ndarray
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The rows of a batch the analysis can use, and their times ("ts", "dur", "end"), from each row's texts,
+    `ph` and times (NaN: missing): every block is cut by this one rule, whichever decoder read it."""
+    complete, metadata = ph == "X", ph == "M"
+    # Metadata ("M") events carry no time; every other usable event needs a finite start, and a
+    # duration event also a non-negative duration and a name.
+    keep = np.flatnonzero(metadata | (~np.isnan(ts) & (~complete | ((dur >= 0) & (_decoded(names["name"]) != "")))))
+    if len(keep) < len(ts):
+        ts, dur, complete = ts[keep], dur[keep], complete[keep]
+    dur = np.where(complete, dur, 0.0)
+    return keep, {"ts": ts, "dur": dur, "end": ts + dur}
 
 
 def _decoded(column: TextColumn, at: np.ndarray | None = None) -> np.ndarray:
@@ -309,9 +317,13 @@ def _finite(out: np.ndarray) -> np.ndarray:
 def _times(values: list[Any], base: int = 0) -> np.ndarray:
     """Microseconds since `base`; NaN past MAX_TIME_US from 0, so `ts + dur` and every difference of times
     stay finite."""
-    out = _numbers(values)
-    out[np.abs(out + base) > MAX_TIME_US] = np.nan
-    return out
+    return within_time_range(_numbers(values), base)
+
+
+def within_time_range(times: np.ndarray, base: int = 0) -> np.ndarray:
+    """`times` (µs since `base`, changed in place), NaN past MAX_TIME_US from 0."""
+    times[np.abs(times + base) > MAX_TIME_US] = np.nan
+    return times
 
 
 def _float(value: float) -> float:

@@ -223,13 +223,19 @@ class TypedRows:
         return [None if raw is NO_RAW else _loads(bytes(raw)) for raw in self._arg_list(key)]
 
     def objects(self, key: str) -> ObjectColumn:
-        codes, keys, values = _raw_codes(self._arg_list(key))
+        column = _raw_codes(self._arg_list(key))
         old = OLD_ARG_SPELLINGS.get(key)
-        if old is not None and (codes < 0).any():
-            old_codes, old_keys, old_values = _raw_codes(self._arg_list(old))
-            codes = np.where((codes < 0) & (old_codes >= 0), old_codes + len(keys), codes)
-            keys, values = keys + old_keys, values + old_values
-        return codes, keys, values
+        if old is not None and (column[0] < 0).any():
+            return or_old_spelling(column, _raw_codes(self._arg_list(old)))
+        return column
+
+
+def or_old_spelling(column: ObjectColumn, old: ObjectColumn) -> ObjectColumn:
+    """`column`, the `old` spelling's value in the rows where it has none (or null)."""
+    codes, keys, values = column
+    old_codes, old_keys, old_values = old
+    codes = np.where((codes < 0) & (old_codes >= 0), old_codes + len(keys), codes)
+    return codes, keys + old_keys, values + old_values  # type: ignore[operator]
 
 
 def _transposed(structs: Sequence[Any], names: tuple[str, ...]) -> dict[str, Sequence[Any]]:
@@ -247,20 +253,29 @@ def _raw_codes(raws: Sequence[Any]) -> ObjectColumn:
         return codes, [], []
     present = np.flatnonzero(np.fromiter(map(is_not, raws, repeat(NO_RAW)), bool, count=len(raws)))
     texts = list(map(bytes, map(raws.__getitem__, present.tolist())))
+    distinct = list(dict.fromkeys(texts))
+    at, keys, values = canonical(distinct)
+    of_text = dict(zip(distinct, at, strict=True))  # raw text -> position in `values`, -1 for null
+    codes[present] = np.fromiter(map(of_text.__getitem__, texts), np.intp, count=len(texts))
+    return codes, keys, values
+
+
+def canonical(texts: Sequence[bytes]) -> tuple[list[int], list[bytes], list[Any]]:
+    """Distinct raw JSON texts as (each one's position among the distinct values, -1 for null; the values'
+    canonical compact JSON; the values), the values in order of first appearance."""
     index: dict[bytes, int] = {}  # canonical compact JSON -> position in `values`
-    of_text: dict[bytes, int] = {}  # raw text -> position in `values`, -1 for null
+    at: list[int] = []
     values: list[Any] = []
-    for text in dict.fromkeys(texts):
+    for text in texts:
         key, value = _parsed(text)
         if key is None:
-            of_text[text] = -1
+            at.append(-1)
             continue
         if key not in index:
             index[key] = len(values)
             values.append(value)
-        of_text[text] = index[key]
-    codes[present] = np.fromiter(map(of_text.__getitem__, texts), np.intp, count=len(texts))
-    return codes, list(index), values
+        at.append(index[key])
+    return at, list(index), values
 
 
 # Raw text -> (canonical compact JSON or None for null, value), across batches and reads: a real trace

@@ -33,6 +33,7 @@ a 400 MiB one (x256; 6.1-6.4 s before), each side busy ~1.1 s per 100 MiB.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -80,6 +81,13 @@ from profiling.scan import (
     raw_chunks,
 )
 from profiling.timestamps import Rebase, rebased
+
+# The compiled decoder (profiling/native.py) is opt-in: PROFILING_NATIVE=1, and numba installed (the dev extras
+# have it). It decodes a batch 2.5x faster than the typed one, but the read is bound by this process's inflate,
+# scan and merge, so a 1 GiB read takes only 14% less time, while numba costs ~0.8 s to load and 137 MiB of
+# memory (docs/benchmarks.md, 2026-12-07). It loads with the decode helper, past this much JSON.
+NATIVE_ENV = "PROFILING_NATIVE"
+NATIVE_AFTER_BYTES = START_AFTER_BYTES
 
 __all__ = [
     "CHUNK_BYTES",
@@ -143,12 +151,19 @@ def read_text(data: bytes, limits: Limits | None = None, source: str = "trace", 
     return _read(chunks, limits, source, typed)
 
 
-def decode_batch(text: bytes, base: int, source: str = "trace", typed: bool = True) -> Block:
+def decode_batch(text: bytes, base: int, source: str = "trace", typed: bool = True, native: bool = False) -> Block:
     """One batch of events (`[e1,...]` JSON text as the file holds it) as a Block, its `ts` rebased on
     `base` µs (`timestamps.rebased`).
 
-    The typed decoder where its schema takes the batch; else, or with `typed` False, the reference
-    (orjson or the stdlib into dicts), whose error a batch that is not valid JSON raises."""
+    With `native`, the compiled decoder where it takes the batch (profiling/native.py); else the typed decoder
+    where its schema takes it; else, or with `typed` False, the reference (orjson or the stdlib into dicts),
+    whose error a batch that is not valid JSON raises."""
+    if native:
+        from profiling.native import native_block  # numba loads in ~0.8 s: only a large trace pays it
+
+        block = native_block(text, base)
+        if block is not None:
+            return block
     rows = typed_rows(text, base) if typed else None
     if rows is not None:
         try:
@@ -164,16 +179,20 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
     splitter, columns, rebase, json_bytes = Splitter(limits), Columns(limits), Rebase(), 0
     helper: DecodeHelper | None = None
     wanted = typed and available() and helper_wanted()
+    native = False  # the compiled decoder, once the trace is large enough to repay loading it
     try:
         with paused_gc():  # millions of small objects and no cycles (profiling/gc_pause.py)
             for chunk in inflated(chunks, limits.inflated_bytes):
                 json_bytes += len(chunk)
                 for batch in splitter.feed(chunk):
                     columns.ts_base_us = rebase.settle(batch)
+                    if not native and typed and json_bytes > NATIVE_AFTER_BYTES:
+                        native = native_ready()  # before the fork below, which then shares the compiled code
                     if helper is None and wanted and json_bytes > START_AFTER_BYTES:
-                        helper = DecodeHelper(partial(decode_batch, source=source))
+                        helper = DecodeHelper(partial(decode_batch, source=source, native=native))
                     if helper is None:
-                        columns.append(decode_batch(batch, columns.ts_base_us, source, typed), json_bytes)
+                        block = decode_batch(batch, columns.ts_base_us, source, typed, native)
+                        columns.append(block, json_bytes)
                     else:
                         for block in helper.submit(batch, columns.ts_base_us):
                             columns.append(block, json_bytes)
@@ -186,6 +205,18 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
     finally:
         if helper is not None:
             helper.close()
+
+
+def native_ready() -> bool:
+    """Whether the compiled decoder is asked for (NATIVE_ENV) and installed, loaded here (numba, and its compiled
+    code from the cache)."""
+    if os.environ.get(NATIVE_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
+        return False
+    try:
+        from profiling.native import warm
+    except ImportError:  # numba is optional: a bare CLI reads the typed way
+        return False
+    return warm()
 
 
 def _parse(text: bytes, source: str) -> Any:

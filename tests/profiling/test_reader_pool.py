@@ -174,13 +174,15 @@ def test_the_helper_process_reads_what_one_process_reads(helper_always, monkeypa
     monkeypatch.setattr(pool, "IN_FLIGHT", in_flight)
     gate, parent, here = tmp_path / "open", os.getpid(), []
 
-    def decode_after_one_here(text: bytes, base: int, source: str = "trace", typed: bool = True) -> Any:
+    def decode_after_one_here(
+        text: bytes, base: int, source: str = "trace", typed: bool = True, native: bool = False
+    ) -> Any:
         if os.getpid() == parent:
             here.append(len(text))
             gate.touch()
         else:  # pragma: no cover - in the helper
             _wait_for(gate)
-        return decode_batch(text, base, source, typed)
+        return decode_batch(text, base, source, typed, native)
 
     monkeypatch.setattr(reader, "decode_batch", decode_after_one_here)
     data = _many_batches(4)
