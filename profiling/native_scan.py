@@ -29,6 +29,8 @@ MAX_MANTISSA = 2**53
 _POW10 = np.array([10.0**k for k in range(23)])  # exact: 10**22 is the last power of ten a float64 holds
 _SPACE = np.zeros(256, np.bool_)
 _SPACE[[0x20, 0x09, 0x0A, 0x0D]] = True
+_STEP_OF = np.full(256, 2, np.int64)  # a structural byte's depth change; 2: no structure
+_STEP_OF[[ord("{"), ord("[")]], _STEP_OF[[ord("}"), ord("]")]], _STEP_OF[[ord(","), ord('"')]] = 1, -1, 0
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
 MAX_PROBES = 64  # a longer chain in `distinct`'s table is refused: a crafted flood costs a typed read, no more
 MAX_NESTING = 60  # levels inside a skipped value tracked in one 64-bit word; deeper ones take the typed route
@@ -436,3 +438,35 @@ def distinct(buf, starts, ends, codes, firsts, table):  # noqa: ANN001, ANN201
         else:
             return -1
     return count
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def structure(data, in_string, escape_pending, depth, kept_depth, positions, kinds, depths):  # noqa: ANN001, ANN201
+    """The structural scan of one chunk (profiling/scan.py `Splitter._structure`) in one pass: the marks `"{}[],`
+    outside strings whose depth before them is at most `kept_depth` (their positions, bytes and depths before,
+    into the arrays given), an escape's pair skipped wherever it is, as the numpy scan blanks it. Returns (marks
+    kept, in a string after, an escape's pair pending, depth after, deepest and shallowest depth after a mark)."""
+    n = len(data)
+    i, count, deepest, shallowest = 0, 0, depth, depth
+    if escape_pending and n:
+        i, escape_pending = 1, False
+    while i < n:
+        c = data[i]
+        if c == 0x5C:  # a backslash: it and the next byte are no structure
+            if i + 1 == n:
+                escape_pending = True
+            i += 2
+            continue
+        i += 1
+        if c == 0x22:
+            in_string = not in_string
+            continue
+        if in_string or _STEP_OF[c] == 2:
+            continue
+        before = depth
+        depth += _STEP_OF[c]
+        deepest, shallowest = max(deepest, depth), min(shallowest, depth)
+        if before <= kept_depth:
+            positions[count], kinds[count], depths[count] = i - 1, c, before
+            count += 1
+    return count, in_string, escape_pending, depth, deepest, shallowest

@@ -34,6 +34,8 @@ a 400 MiB one (x256; 6.1-6.4 s before), each side busy ~1.1 s per 100 MiB.
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -82,11 +84,13 @@ from profiling.scan import (
 )
 from profiling.timestamps import Rebase, rebased
 
-# The compiled decoder (profiling/native.py) is opt-in: PROFILING_NATIVE=1, and numba installed (the dev extras
-# have it). It decodes a batch 2.5x faster than the typed one, but the read is bound by this process's inflate,
-# scan and merge, so a 1 GiB read takes only 14% less time, while numba costs ~0.8 s to load and 137 MiB of
-# memory (docs/benchmarks.md, 2026-12-07). It loads with the decode helper, past this much JSON.
+# The compiled decoder and structural scan (profiling/native.py, numba) read a 1 GiB trace 38% faster, a 400 MB
+# one 25%, but loading numba costs ~0.8 s and 137 MiB (docs/benchmarks.md, 2026-12-07). So a read takes them
+# where numba is loaded already (the app's workers preload it) or the trace's JSON is at least NATIVE_FROM_BYTES
+# (from its size, or a gzip's own record of it); PROFILING_NATIVE=1 or 0 says always or never. They load with
+# the decode helper, past NATIVE_AFTER_BYTES of JSON, so the helper shares them.
 NATIVE_ENV = "PROFILING_NATIVE"
+NATIVE_FROM_BYTES = 256 * 1024**2
 NATIVE_AFTER_BYTES = START_AFTER_BYTES
 
 __all__ = [
@@ -138,7 +142,7 @@ class RawTrace:
 def read_path(path: Path, limits: Limits | None = None, progress: Progress | None = None) -> RawTrace:
     """Read a `.json` or `.json.gz` trace file (or any readable path) within `limits`."""
     limits = limits or Limits()
-    return _read(raw_chunks(path, limits, progress), limits, path.name)
+    return _read(raw_chunks(path, limits, progress), limits, path.name, native=native_wanted(_file_json_bytes(path)))
 
 
 def read_text(data: bytes, limits: Limits | None = None, source: str = "trace", typed: bool = True) -> RawTrace:
@@ -148,7 +152,7 @@ def read_text(data: bytes, limits: Limits | None = None, source: str = "trace", 
     if len(data) > limits.upload_bytes:
         raise TraceError(f"trace: the data is {_mib(len(data))}; the limit is {_mib(limits.upload_bytes)}")
     chunks = iter([data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)])
-    return _read(chunks, limits, source, typed)
+    return _read(chunks, limits, source, typed, native_wanted(_json_bytes(data[:2], data[-4:], len(data))))
 
 
 def decode_batch(text: bytes, base: int, source: str = "trace", typed: bool = True, native: bool = False) -> Block:
@@ -175,19 +179,51 @@ def decode_batch(text: bytes, base: int, source: str = "trace", typed: bool = Tr
     return block_of(DictRows(events), len(batch), base)
 
 
-def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = True) -> RawTrace:
+def native_wanted(json_bytes: int) -> bool:
+    """Whether a read of about `json_bytes` of JSON takes the compiled decoder (NATIVE_FROM_BYTES)."""
+    asked = os.environ.get(NATIVE_ENV, "").strip().lower()
+    if asked in ("0", "false", "no", "off"):
+        return False
+    return asked in ("1", "true", "yes", "on") or "numba" in sys.modules or json_bytes >= NATIVE_FROM_BYTES
+
+
+def _file_json_bytes(path: Path) -> int:
+    """The JSON a trace file holds, as its size and a gzip's trailer tell it (0 where they cannot)."""
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 4 or not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return 0
+            head = f.read(2)
+            f.seek(size - 4)
+            return _json_bytes(head, f.read(4), size)
+    except OSError:
+        return 0
+
+
+def _json_bytes(head: bytes, tail: bytes, size: int) -> int:
+    """`size` bytes of JSON, or of gzip whose last four bytes record its inflated size (modulo 4 GiB: the larger
+    of the two is a fair guess, and only a guess: it picks a decoder, and bounds nothing)."""
+    if head != b"\x1f\x8b" or len(tail) < 4:
+        return size
+    return max(size, int.from_bytes(tail, "little"))
+
+
+def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = True, native: bool = False) -> RawTrace:
+    """Read the chunks of a trace; `native`: take the compiled decoder once the helper starts (`native_wanted`)."""
     splitter, columns, rebase, json_bytes = Splitter(limits), Columns(limits), Rebase(), 0
     helper: DecodeHelper | None = None
     wanted = typed and available() and helper_wanted()
-    native = False  # the compiled decoder, once the trace is large enough to repay loading it
+    planned, native = native and typed, False
     try:
         with paused_gc():  # millions of small objects and no cycles (profiling/gc_pause.py)
             for chunk in inflated(chunks, limits.inflated_bytes):
                 json_bytes += len(chunk)
                 for batch in splitter.feed(chunk):
                     columns.ts_base_us = rebase.settle(batch)
-                    if not native and typed and json_bytes > NATIVE_AFTER_BYTES:
-                        native = native_ready()  # before the fork below, which then shares the compiled code
+                    if planned and json_bytes > NATIVE_AFTER_BYTES:
+                        planned, native = False, native_ready()  # before the fork below, which then shares it
+                        splitter.compiled = compiled_structure() if native else None
                     if helper is None and wanted and json_bytes > START_AFTER_BYTES:
                         helper = DecodeHelper(partial(decode_batch, source=source, native=native))
                     if helper is None:
@@ -208,15 +244,19 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
 
 
 def native_ready() -> bool:
-    """Whether the compiled decoder is asked for (NATIVE_ENV) and installed, loaded here (numba, and its compiled
-    code from the cache)."""
-    if os.environ.get(NATIVE_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
-        return False
+    """Whether the compiled decoder is installed, loaded here (numba, and its compiled code from the cache)."""
     try:
         from profiling.native import warm
     except ImportError:  # numba is optional: a bare CLI reads the typed way
         return False
     return warm()
+
+
+def compiled_structure() -> Any:
+    """The compiled structural scan (`native_scan.structure`), once `native_ready`."""
+    from profiling.native_scan import structure
+
+    return structure
 
 
 def _parse(text: bytes, source: str) -> Any:

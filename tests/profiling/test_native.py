@@ -6,6 +6,7 @@ exactly, or refuse the batch (None) so the typed route reads it; it never crashe
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -17,11 +18,13 @@ from hypothesis import strategies as st
 from profiling import reader
 from profiling.columns import Block
 from profiling.reader import Limits, Splitter, TraceError, decode_batch, read_text
+from profiling.scan import KEPT_DEPTH
 from profiling.timestamps import Rebase
 from tests.conftest import DATA
 from tests.profiling.test_reader_typed import ODD, REAL, _same_read, _text
 
 native = pytest.importorskip("profiling.native", reason="numba is not installed: every batch reads the typed way")
+native_scan = pytest.importorskip("profiling.native_scan", reason="numba is not installed")
 
 
 def _same_block(have: Block, want: Block) -> None:
@@ -174,10 +177,28 @@ def test_a_large_trace_reads_the_same_with_the_native_decoder_as_without(monkeyp
     monkeypatch.setenv(reader.NATIVE_ENV, "1")
     with_native = read_text(data)
     assert used, "the native decoder never ran"
-    monkeypatch.delenv(reader.NATIVE_ENV)  # off by default
+    monkeypatch.setenv(reader.NATIVE_ENV, "0")
     used.clear()
     _same_read(with_native, read_text(data))
     assert not used
+
+
+def test_a_read_takes_the_native_decoder_where_asked_loaded_or_large(monkeypatch, tmp_path):
+    monkeypatch.delitem(__import__("sys").modules, "numba", raising=False)  # as in a fresh CLI
+    monkeypatch.delenv(reader.NATIVE_ENV, raising=False)
+    assert not reader.native_wanted(reader.NATIVE_FROM_BYTES - 1)
+    assert reader.native_wanted(reader.NATIVE_FROM_BYTES)
+    monkeypatch.setenv(reader.NATIVE_ENV, "0")
+    assert not reader.native_wanted(reader.NATIVE_FROM_BYTES)
+    monkeypatch.setenv(reader.NATIVE_ENV, "1")
+    assert reader.native_wanted(0)
+    # The JSON a file holds: its size, or a gzip's record of its inflated size.
+    gz = DATA / "a100_simple_add.json.gz"
+    assert reader._file_json_bytes(gz) == len(gzip.decompress(gz.read_bytes()))
+    plain = tmp_path / "t.json"
+    plain.write_bytes(b'{"traceEvents": []}')
+    assert reader._file_json_bytes(plain) == 19
+    assert reader._file_json_bytes(tmp_path / "absent.json") == 0
 
 
 def test_without_numba_the_reader_reads_the_typed_way():
@@ -196,3 +217,45 @@ def test_without_numba_the_reader_reads_the_typed_way():
         "False",
         str(len(read_text((DATA / "a100_simple_add.json.gz").read_bytes()).columns["ts"])),
     ], out.stderr
+
+
+_PIECES = [b"{", b"}", b"[", b"]", b",", b'"', b"\\", b"a", b" ", b":", b'\\"', b"\\\\"]
+
+
+def _scan_of(splitter: Splitter, chunk: bytes) -> tuple[object, ...]:
+    """What `_structure` gives for a chunk, as comparable values: the marks `_route` reads, the state after,
+    or the error."""
+    try:
+        positions, kinds, depths = splitter._structure(chunk)
+    except TraceError as exc:
+        return ("error", str(exc))
+    kept = depths <= KEPT_DEPTH
+    marks = (positions[kept].tolist(), kinds[kept].tolist(), depths[kept].tolist())
+    return (*marks, splitter.in_string, splitter.escape_pending, splitter.depth)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(_PIECES), max_size=80),
+    cuts=st.lists(st.integers(0, 200), max_size=4),
+    depth=st.sampled_from([3, 32]),
+)
+def test_the_compiled_scan_finds_the_marks_the_numpy_scan_finds(pieces, cuts, depth):
+    data = b"".join(pieces)
+    numpy_scan, compiled_scan = Splitter(Limits(depth=depth)), Splitter(Limits(depth=depth))
+    compiled_scan.compiled = native_scan.structure
+    bounds = sorted({0, len(data), *(min(cut, len(data)) for cut in cuts)})
+    for start, end in itertools.pairwise(bounds):  # an escape may be cut from its pair here
+        want = _scan_of(numpy_scan, data[start:end])
+        assert _scan_of(compiled_scan, data[start:end]) == want
+        if want[0] == "error":
+            break
+
+
+def test_a_read_with_the_compiled_scan_refuses_what_the_numpy_scan_refuses(monkeypatch):
+    monkeypatch.setattr(reader, "NATIVE_AFTER_BYTES", 0)
+    deep = b'{"traceEvents": [' + b"[" * 40 + b"]" * 40 + b"]}"
+    for env in ("1", "0"):
+        monkeypatch.setenv(reader.NATIVE_ENV, env)
+        with pytest.raises(TraceError, match="nested deeper than 32 levels"):
+            read_text(deep)
