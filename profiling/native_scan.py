@@ -72,12 +72,17 @@ def _span_hash(buf: np.ndarray, start: int, end: int) -> np.uint64:
     h = np.uint64(length) * np.uint64(0x9E3779B97F4A7C15)
     if length < 8:  # one word, the bytes past the span zeroed
         keep = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(8 * (8 - length)) if length else np.uint64(0)
-        return (h ^ (_word(buf, start) & keep)) * np.uint64(0x100000001B3)
-    third = length // 3
-    for at in (start, min(start + third, end - 8), min(start + 2 * third, end - 8), end - 8):
-        h = (h ^ _word(buf, at)) * np.uint64(0x100000001B3)
-        h ^= h >> np.uint64(29)
-    return h
+        h ^= _word(buf, start) & keep
+    else:
+        third = length // 3
+        for at in (start, min(start + third, end - 8), min(start + 2 * third, end - 8), end - 8):
+            h = (h ^ _word(buf, at)) * np.uint64(0x100000001B3)
+            h ^= h >> np.uint64(29)
+    # A multiply carries a bit only upwards: mixed down again (splitmix64's finish), so the low bits the table
+    # uses depend on every byte read, not only the first ones.
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -133,7 +138,9 @@ def _exact_value(buf: np.ndarray, start: int, end: int, base: int) -> float:
     if i != end:  # an exponent
         return np.nan
     if base:
-        if digits > 17 or whole < base or (whole - base + 1) * 10**scale > MAX_MANTISSA:
+        # As `relative_times` takes it: no sign, at most 17 whole digits, from the base on; divided, not multiplied,
+        # so no product passes int64.
+        if digits > 17 or whole < base or whole - base + 1 > MAX_MANTISSA // 10**scale:
             return np.nan
         whole -= base
     elif whole > MAX_MANTISSA // 10**scale:
@@ -271,7 +278,8 @@ def _known(buf: np.ndarray, start: int, end: int, lut: np.ndarray, keys: np.ndar
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _integer_end(buf: np.ndarray, i: int) -> int:
-    """The end of an integer at i that int64 holds and `str(int)` writes back alike (no `-0`); else -1."""
+    """The end of an integer at i written as `str(int)` writes it back (no `-0`) and of at most 18 digits, which
+    int64 holds (the typed schema's lane type, and orjson keeps a larger one to 2**64 only); else -1."""
     start = i
     if buf[i] == 0x2D:
         i += 1

@@ -86,6 +86,7 @@ def test_what_the_plain_grammar_takes_and_what_it_leaves_to_the_typed_route():
     assert native.native_block(plain) is not None
     refused = [
         b'[{"name":"a\\"b"}]',  # an escape
+        b'[{"ph":"X","name":"a\\nb","ts":1,"dur":1}]',  # an escape the pass could mistake for two bytes
         b'[{"name":null}]',  # null where text goes
         b'[{"ts":1e3}]',  # an exponent
         b'[{"ts":12345678901234567890}]',  # more digits than one division reads exactly
@@ -103,6 +104,33 @@ def test_what_the_plain_grammar_takes_and_what_it_leaves_to_the_typed_route():
     ]
     for text in refused:
         assert native.native_block(text) is None, text
+
+
+def test_numbers_near_the_exact_limit_read_as_a_parser_rounds_them_or_are_refused():
+    # Around 2**53 units a division by 10**k is no longer one rounding; past int64 a product would wrap.
+    texts = [f"{m // 10**k}.{m % 10**k:0{k}d}" for m in range(2**53 - 3, 2**53 + 40) for k in (1, 2, 3)]
+    texts += ["9007199254740993", "0.000000000000001", "123456789.123456789012"]
+    for text in texts:
+        block = _agrees(b'[{"ph":"X","name":"a","ts":1,"dur":%s}]' % text.encode())
+        if block is not None:
+            assert block.numbers["dur"][0] == float(text), text
+    base = 1_693_000_000_000_000 - 10**12
+    for ts in ("0.000000000000001", "1693000000000000.000000000000001", "1694000000000000.000000000000001"):
+        _agrees(b'[{"ph":"X","name":"a","ts":%s,"dur":1}]' % ts.encode(), base)
+
+
+def test_equal_texts_are_one_text_whatever_follows_them():
+    # The same short name followed by different bytes (the hash reads whole words): coded as one, as the typed
+    # route codes it.
+    after = [b",", b" ,", b"  ,", b"\n,", b"\t,", b"\r,", b" \n ,", b"   ,", b"\n\n,", b" \t,"]
+    events = [b'{"ph":"X","name":"ab"%s"ts":%d,"dur":1}' % (tail, i) for i, tail in enumerate(after)]
+    block = _agrees(b"[" + b",".join(events) + b"]")
+    assert block is not None and block.texts["name"][1] == ["ab", ""]
+
+
+def test_lane_ids_past_int64_read_as_the_reference_reads_them_or_are_refused():
+    for lane in (2**63 - 1, 2**63, 10**19 + 1, 2**64, -(2**63)):
+        _agrees(b'[{"ph":"X","name":"a","ts":1,"dur":1,"pid":%d,"tid":1}]' % lane)
 
 
 def test_a_ts_key_inside_args_sends_a_rebased_batch_to_the_typed_route():
