@@ -4,9 +4,10 @@ The typed decoder (profiling/decode.py) still builds a Python object per event a
 compiled pass (profiling/native_scan.py, numba) writes each event's numbers and the byte spans of its texts
 into arrays, spans are coded by their bytes in compiled code too, and Python touches only the distinct
 texts and object args (a few hundred per batch). A batch written in any way the pass does not take plainly
-(an escape, a number not exactly readable in one division, a bool where a number goes, a metadata event,
-...) is refused, and reads by the typed route: every odd value reads as the reference reads it, and the
-tests hold both to the same blocks on every real trace and on fuzzed ones (tests/profiling/test_native.py).
+(an escape, a number not exactly readable in one division, a bool where a number goes, ...) is refused, and
+reads by the typed route: every odd value reads as the reference reads it, and the tests hold both to the
+same blocks on every real trace and on fuzzed ones (tests/profiling/test_native.py). The few metadata events
+(lane names) are parsed whole, by the reference parser, for their args.
 
 Without numba (a bare CLI, the GPU machine's torch) `available()` is False and every batch reads the typed way.
 """
@@ -38,21 +39,27 @@ try:
 except ImportError:  # pragma: no cover - exercised by tests/test_layering.py in a child without numba
     native_scan = None  # type: ignore[assignment]
 
-_TEXT, _LANE, _TIME, _NUMBER, _RAW, _ARGS, _NUMBER_OR_TEXT = range(7)
-_EVENT, _IN_ARGS = 0, 1  # the level a key is read at
-# (level, key, kind): the spans and the numbers the pass writes, in their column order.
-_SPAN_KEYS = [
-    *((_EVENT, key, _TEXT) for key in ("name", "cat", "ph")),
-    *((_EVENT, key, _LANE) for key in ("pid", "tid")),
-    *((_IN_ARGS, key, _RAW) for key in OBJECT_ARGS),
-    *((_IN_ARGS, OLD_ARG_SPELLINGS[key], _RAW) for key in OBJECT_ARGS if key in OLD_ARG_SPELLINGS),
-]
-_NUMBER_KEYS = [
-    (_EVENT, "ts", _TIME),
-    (_EVENT, "dur", _NUMBER),
-    *((_IN_ARGS, key, _NUMBER_OR_TEXT if key in TEXT_NUMBER_KEYS else _NUMBER) for key in NUMERIC_ARGS),
-    *((_IN_ARGS, OLD_ARG_SPELLINGS[key], _NUMBER) for key in NUMERIC_ARGS if key in OLD_ARG_SPELLINGS),
-]
+# (level, key, kind): the spans and the numbers the pass writes, in their column order (the kinds and levels:
+# native_scan's); empty without numba, where nothing reads them.
+_SPAN_KEYS: list[tuple[int, str, int]] = []
+_NUMBER_KEYS: list[tuple[int, str, int]] = []
+if native_scan is not None:
+    _EVENT, _IN_ARGS = native_scan.EVENT_LEVEL, native_scan.ARGS_LEVEL
+    _SPAN_KEYS = [
+        *((_EVENT, key, native_scan.TEXT) for key in ("name", "cat", "ph")),
+        *((_EVENT, key, native_scan.LANE) for key in ("pid", "tid")),
+        *((_IN_ARGS, key, native_scan.RAW) for key in OBJECT_ARGS),
+        *((_IN_ARGS, OLD_ARG_SPELLINGS[key], native_scan.RAW) for key in OBJECT_ARGS if key in OLD_ARG_SPELLINGS),
+    ]
+    _NUMBER_KEYS = [
+        (_EVENT, "ts", native_scan.TIME),
+        (_EVENT, "dur", native_scan.NUMBER),
+        *(
+            (_IN_ARGS, key, native_scan.NUMBER_OR_TEXT if key in TEXT_NUMBER_KEYS else native_scan.NUMBER)
+            for key in NUMERIC_ARGS
+        ),
+        *((_IN_ARGS, OLD_ARG_SPELLINGS[key], native_scan.NUMBER) for key in NUMERIC_ARGS if key in OLD_ARG_SPELLINGS),
+    ]
 SPAN = {key: 2 * at for at, (_, key, _) in enumerate(_SPAN_KEYS)}  # key -> its start's column (end: +1)
 SPAN_COLUMNS = 2 * len(_SPAN_KEYS) + 2  # and the event's own span, last
 NUMBER = {key: at for at, (_, key, _) in enumerate(_NUMBER_KEYS)}
@@ -62,7 +69,7 @@ def _tables() -> tuple[np.ndarray, ...]:
     """The known keys as the pass reads them: (lut, keys, words, levels, kinds, slots); `lut` maps a key's
     `native_scan.slot` to the key, with no two keys on one entry, and ends with its bits."""
     known = [(*key, 2 * at) for at, key in enumerate(_SPAN_KEYS)] + [(*key, at) for at, key in enumerate(_NUMBER_KEYS)]
-    known.append((_EVENT, "args", _ARGS, 0))
+    known.append((native_scan.EVENT_LEVEL, "args", native_scan.ARGS, 0))
     encoded = [key.encode() for _, key, _, _ in known]
     padded = (np.frombuffer(key + bytes(native_scan.PADDING), np.uint8) for key in encoded)
     words = np.array([native_scan.packed(key, 0, len(key) - native_scan.PADDING) for key in padded], np.uint64)

@@ -25,6 +25,7 @@ PADDING = 8
 OK, REFUSED = 0, 1
 # What a known key's value is read as (`KEY_KINDS` in profiling/native.py).
 TEXT, LANE, TIME, NUMBER, RAW, ARGS, NUMBER_OR_TEXT = range(7)
+EVENT_LEVEL, ARGS_LEVEL = 0, 1  # where a known key is read: an event's own keys, or its `args`
 MAX_MANTISSA = 2**53
 _POW10 = np.array([10.0**k for k in range(23)])  # exact: 10**22 is the last power of ten a float64 holds
 _SPACE = np.zeros(256, np.bool_)
@@ -296,13 +297,13 @@ def _integer_end(buf: np.ndarray, i: int) -> int:
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _event(buf, i, row, base, lut, keys, words, levels, kinds, slots, spans, numbers):  # noqa: ANN001
-    """Read the event object at i (`{` there) into row `row`: each known key of its level (0: the event's, 1:
-    its `args`') by its kind into its slot. Returns (end, `ts` keys read), end -1 where refused."""
+    """Read the event object at i (`{` there) into row `row`: each known key of its level (EVENT_LEVEL, or
+    ARGS_LEVEL inside its `args`) by its kind into its slot. Returns (end, `ts` keys read), end -1 where refused."""
     for j in range(spans.shape[1]):
         spans[row, j] = -1
     for j in range(numbers.shape[1]):
         numbers[row, j] = np.nan
-    level, ts_keys = 0, 0
+    level, ts_keys = EVENT_LEVEL, 0
     i = _ws(buf, i + 1)
     if buf[i] == 0x7D:
         return i + 1, ts_keys
@@ -324,7 +325,7 @@ def _event(buf, i, row, base, lut, keys, words, levels, kinds, slots, spans, num
                 return -1, ts_keys
             i = _ws(buf, i + 1)
             if buf[i] != 0x7D:
-                level = 1
+                level = ARGS_LEVEL
                 continue
             i += 1
         elif kind == TEXT:
@@ -367,9 +368,9 @@ def _event(buf, i, row, base, lut, keys, words, levels, kinds, slots, spans, num
             i = end
         i = _ws(buf, i)
         while buf[i] == 0x7D:  # the end of args, then perhaps of the event
-            if level == 0:
+            if level == EVENT_LEVEL:
                 return i + 1, ts_keys
-            level = 0
+            level = EVENT_LEVEL
             i = _ws(buf, i + 1)
         if buf[i] != 0x2C:
             return -1, ts_keys
