@@ -60,6 +60,10 @@ if native_scan is not None:
         ),
         *((_IN_ARGS, OLD_ARG_SPELLINGS[key], native_scan.NUMBER) for key in NUMERIC_ARGS if key in OLD_ARG_SPELLINGS),
     ]
+# The row arrays take 440 bytes per `{` in the batch (30 spans, 25 numbers): a batch with a `{` in fewer than
+# this many bytes (real traces: ~165, two per event) reads the typed way, so a batch of `{}` holds no more here
+# than about 14 times its bytes.
+MIN_BYTES_PER_BRACE = 32
 SPAN = {key: 2 * at for at, (_, key, _) in enumerate(_SPAN_KEYS)}  # key -> its start's column (end: +1)
 SPAN_COLUMNS = 2 * len(_SPAN_KEYS) + 2  # and the event's own span, last
 NUMBER = {key: at for at, (_, key, _) in enumerate(_NUMBER_KEYS)}
@@ -113,8 +117,10 @@ def native_block(text: bytes, base: int = 0) -> Block | None:
             text.decode()
         except UnicodeDecodeError:
             return None
-    buf = np.frombuffer(text + bytes(native_scan.PADDING), np.uint8)
     capacity = text.count(b"{")  # each event opens with one
+    if capacity > len(text) // MIN_BYTES_PER_BRACE:  # tiny events: rows of 440 bytes would be many times the JSON
+        return None
+    buf = np.frombuffer(text + bytes(native_scan.PADDING), np.uint8)
     spans = np.empty((capacity, SPAN_COLUMNS), np.int64)
     numbers = np.empty((capacity, len(_NUMBER_KEYS)))
     status, rows, ts_keys = native_scan.scan(buf, base, *_TABLES, spans, numbers)

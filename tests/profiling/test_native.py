@@ -27,6 +27,15 @@ native = pytest.importorskip("profiling.native", reason="numba is not installed:
 native_scan = pytest.importorskip("profiling.native_scan", reason="numba is not installed")
 
 
+BYTES_PER_BRACE = native.MIN_BYTES_PER_BRACE
+
+
+@pytest.fixture(autouse=True)
+def _small_events_too(monkeypatch):
+    """The cases here are a few short events each: read natively however small (the cap has its own test)."""
+    monkeypatch.setattr(native, "MIN_BYTES_PER_BRACE", 1)
+
+
 def _same_block(have: Block, want: Block) -> None:
     assert (have.seen, have.skipped, have.rows, have.lane_names) == (
         want.seen,
@@ -66,7 +75,8 @@ def _agrees(text: bytes, base: int = 0) -> Block | None:
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_batch_of_a_real_trace_reads_as_the_typed_decoder_reads_it_and_none_is_refused(path):
+def test_every_batch_of_a_real_trace_reads_as_the_typed_decoder_reads_it_and_none_is_refused(path, monkeypatch):
+    monkeypatch.setattr(native, "MIN_BYTES_PER_BRACE", BYTES_PER_BRACE)  # real events pass the real cap
     try:
         batches = _batches(path.read_bytes())
     except TraceError:  # a plugin case refused on purpose, before any decoder
@@ -131,6 +141,16 @@ def test_equal_texts_are_one_text_whatever_follows_them():
 def test_lane_ids_past_int64_read_as_the_reference_reads_them_or_are_refused():
     for lane in (2**63 - 1, 2**63, 10**19 + 1, 2**64, -(2**63)):
         _agrees(b'[{"ph":"X","name":"a","ts":1,"dur":1,"pid":%d,"tid":1}]' % lane)
+
+
+def test_a_batch_of_tiny_events_is_left_to_the_typed_route(monkeypatch):
+    # Rows of 440 bytes per `{`: a batch of `{}` would take 150 times its bytes here.
+    monkeypatch.setattr(native, "MIN_BYTES_PER_BRACE", BYTES_PER_BRACE)
+    tiny = b"[" + b",".join([b"{}"] * 10_000) + b"]"
+    assert native.native_block(tiny) is None
+    plain = b"[" + b",".join([b'{"ph":"X","name":"aten::mm","ts":1,"dur":2,"args":{"grid":[1,2,3]}}'] * 100) + b"]"
+    assert len(plain) // plain.count(b"{") >= native.MIN_BYTES_PER_BRACE
+    assert _agrees(plain) is not None
 
 
 def test_a_ts_key_inside_args_sends_a_rebased_batch_to_the_typed_route():
