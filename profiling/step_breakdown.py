@@ -263,14 +263,24 @@ def _role_masks(trace: Trace) -> dict[str, np.ndarray]:
 
 
 def exclusive_roles(trace: Trace) -> dict[str, iv.Intervals]:
-    """Each role's busy time minus every higher-priority role's (create_from_range)."""
+    """Each role's busy time minus every higher-priority role's (create_from_range).
+
+    One sort of every role's merged boundaries, then each stretch between two boundaries goes to the first
+    role busy there: a subtraction and a union per role re-sorted the growing set of higher roles' time, most
+    of the breakdown's cost on a large trace."""
     ts, end = trace.complete_column("ts"), trace.complete_column("end")
-    taken, out = iv.empty(), {}
-    for role, mask in _role_masks(trace).items():
-        busy = iv.union(ts[mask], end[mask])
-        out[role] = iv.subtract(busy, taken)
-        taken = iv.union(np.concatenate([taken[0], busy[0]]), np.concatenate([taken[1], busy[1]]))
-    return out
+    roles = _role_masks(trace)
+    busy = [iv.union(ts[mask], end[mask]) for mask in roles.values()]
+    times = np.concatenate([bound for starts, ends in busy for bound in (starts, ends)])
+    role = np.repeat(np.arange(len(busy), dtype=np.int8), [2 * len(starts) for starts, _ in busy])
+    step = np.concatenate([np.repeat(np.int8(sign), len(starts)) for starts, _ in busy for sign in (1, -1)])
+    order = np.argsort(times, kind="stable")
+    times, role, step = times[order], role[order], step[order]
+    first = np.full(len(times), len(busy), dtype=np.int8)  # the first role busy after each boundary
+    for r in reversed(range(len(busy))):  # a role's merged intervals never overlap: its count is 0 or 1
+        first[np.cumsum(np.where(role == r, step, 0), dtype=np.int32) > 0] = r
+    starts, ends, first = times[:-1], times[1:], first[:-1]
+    return {name: iv.union(starts[first == r], ends[first == r]) for r, name in enumerate(roles)}
 
 
 @per_trace
