@@ -62,15 +62,18 @@ LIMIT_WORDS = {"blocks": "the cap on blocks per SM", "threads": "block size"}  #
 
 def occupancy(ev: Evidence) -> Finding | None:
     """Kineto's estimate explained by its definition, per kernel; the limit that binds where it is low."""
-    kernels = ev.scope.gpu if len(ev.scope.gpu) else ev.trace.kernels
-    kernels = kernels[KERNEL_COLUMNS]  # a selection, not a copy
-    kernels = rows_where(kernels, kernels["cat"] == "kernel") if len(kernels) else kernels
-    if kernels.empty:
+    gpu = ev.scope.gpu if len(ev.scope.gpu) else ev.trace.kernels
+    gpu = gpu[KERNEL_COLUMNS]  # a selection, not a copy
+    is_kernel = (gpu["cat"] == "kernel").to_numpy(dtype=bool) if len(gpu) else np.zeros(0, dtype=bool)
+    if not is_kernel.any():
         return None
     mapping = trace_mapping(ev.trace)
-    shaped = rows_where(kernels, kernels["registers"].notna())
+    # Only the launches with CUPTI's shape are copied whole (a million rows at 1 GiB, and this rule held the
+    # analysis's peak memory with every kernel copied beside them); the rest read two columns.
+    shaped = rows_where(gpu, is_kernel & gpu["registers"].notna().to_numpy(dtype=bool))
     if shaped.empty:
-        return _no_estimate(kernels, mapping)
+        return _no_estimate(rows_where(gpu, is_kernel), mapping)
+    kernels = rows_where(gpu[["name", "dur"]], is_kernel)
     launches, device_notes = _launches(shaped, mapping)
     kernel_us = float(kernels["dur"].sum())
     codes, _ = codes_of(launches["name"])
@@ -166,7 +169,8 @@ def _launches(shaped: pd.DataFrame, mapping: DeviceMapping) -> tuple[pd.DataFram
             "limiter": np.asarray(LIMITERS, dtype=object)[limiter],
             "estimate": estimate,
             "redone": kineto_rounded(estimate),
-        }
+        },
+        copy=False,  # each array a column as it is: copied into one float block, they held twice their memory
     )
     device_notes = list(dict.fromkeys(note for _, notes in per_device for note in notes))
     return launches, device_notes
