@@ -35,9 +35,9 @@ from profiling.lane_names import lane_names
 from profiling.names import cut_name
 
 try:
-    from profiling import native_scan
+    from profiling import native_json, native_scan
 except ImportError:  # pragma: no cover - exercised by tests/test_layering.py in a child without numba
-    native_scan = None  # type: ignore[assignment]
+    native_json = native_scan = None  # type: ignore[assignment]
 
 # (level, key, kind): the spans and the numbers the pass writes, in their column order (the kinds and levels:
 # native_scan's); empty without numba, where nothing reads them.
@@ -75,8 +75,8 @@ def _tables() -> tuple[np.ndarray, ...]:
     known = [(*key, 2 * at) for at, key in enumerate(_SPAN_KEYS)] + [(*key, at) for at, key in enumerate(_NUMBER_KEYS)]
     known.append((native_scan.EVENT_LEVEL, "args", native_scan.ARGS, 0))
     encoded = [key.encode() for _, key, _, _ in known]
-    padded = (np.frombuffer(key + bytes(native_scan.PADDING), np.uint8) for key in encoded)
-    words = np.array([native_scan.packed(key, 0, len(key) - native_scan.PADDING) for key in padded], np.uint64)
+    padded = (np.frombuffer(key + bytes(native_json.PADDING), np.uint8) for key in encoded)
+    words = np.array([native_scan.packed(key, 0, len(key) - native_json.PADDING) for key in padded], np.uint64)
     bits = 6
     while len({native_scan.slot(*word, bits) for word in words}) < len(words):
         bits += 1
@@ -120,7 +120,7 @@ def native_block(text: bytes, base: int = 0) -> Block | None:
     capacity = text.count(b"{")  # each event opens with one
     if capacity > len(text) // MIN_BYTES_PER_BRACE:  # tiny events: rows of 440 bytes would be many times the JSON
         return None
-    buf = np.frombuffer(text + bytes(native_scan.PADDING), np.uint8)
+    buf = np.frombuffer(text + bytes(native_json.PADDING), np.uint8)
     spans = np.empty((capacity, SPAN_COLUMNS), np.int64)
     numbers = np.empty((capacity, len(_NUMBER_KEYS)))
     status, rows, ts_keys = native_scan.scan(buf, base, *_TABLES, spans, numbers)

@@ -9,11 +9,7 @@ typed route (profiling/decode.py), which reads every odd value as the reference 
 - the known keys with the types the typed schema takes plainly (texts as strings, lanes as int64 or
   strings, args as an object, numeric args as numbers or null); any other key's value is validated as
   JSON and skipped.
-The buffer ends in PADDING zero bytes: every loop stops at a zero byte (no JSON token holds one), so no
-read passes the buffer whatever the input.
-
-Compiled without numba's reference counting (`_nrt=False`: nothing here allocates but `distinct`): counting
-each array argument of each call was two thirds of the pass (220 -> 646 MB/s on a replica batch, measured).
+The tokens, and the bounds every read keeps, are profiling/native_json.py's.
 """
 
 from __future__ import annotations
@@ -21,47 +17,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-PADDING = 8
+from profiling.native_json import (
+    PADDING,
+    exact_value,
+    integer_end,
+    literal_end,
+    number_end,
+    skip_value,
+    string_end,
+    word,
+    ws,
+)
+
 OK, REFUSED = 0, 1
-# What a known key's value is read as (`KEY_KINDS` in profiling/native.py).
+# What a known key's value is read as (the key tables: profiling/native.py).
 TEXT, LANE, TIME, NUMBER, RAW, ARGS, NUMBER_OR_TEXT = range(7)
 EVENT_LEVEL, ARGS_LEVEL = 0, 1  # where a known key is read: an event's own keys, or its `args`
-MAX_MANTISSA = 2**53
-_POW10 = np.array([10.0**k for k in range(23)])  # exact: 10**22 is the last power of ten a float64 holds
-_SPACE = np.zeros(256, np.bool_)
-_SPACE[[0x20, 0x09, 0x0A, 0x0D]] = True
-_STEP_OF = np.full(256, 2, np.int64)  # a structural byte's depth change; 2: no structure
-_STEP_OF[[ord("{"), ord("[")]], _STEP_OF[[ord("}"), ord("]")]], _STEP_OF[[ord(","), ord('"')]] = 1, -1, 0
-_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
 MAX_PROBES = 64  # a longer chain in `distinct`'s table is refused: a crafted flood costs a typed read, no more
-MAX_NESTING = 60  # levels inside a skipped value tracked in one 64-bit word; deeper ones take the typed route
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _ws(buf: np.ndarray, i: int) -> int:
-    while _SPACE[buf[i]]:
-        i += 1
-    return i
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _string_end(buf: np.ndarray, i: int) -> int:
-    """The index of the closing quote of the string whose opening quote is at i-1; -1 on an escape or control byte."""
-    while True:
-        c = buf[i]
-        if c == 0x22:
-            return i
-        if c == 0x5C or c < 0x20:
-            return -1
-        i += 1
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _hash(buf: np.ndarray, start: int, end: int) -> np.uint64:
-    h = _FNV_OFFSET
-    for k in range(start, end):
-        h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
-    return h
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -73,174 +45,17 @@ def _span_hash(buf: np.ndarray, start: int, end: int) -> np.uint64:
     h = np.uint64(length) * np.uint64(0x9E3779B97F4A7C15)
     if length < 8:  # one word, the bytes past the span zeroed
         keep = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(8 * (8 - length)) if length else np.uint64(0)
-        h ^= _word(buf, start) & keep
+        h ^= word(buf, start) & keep
     else:
         third = length // 3
         for at in (start, min(start + third, end - 8), min(start + 2 * third, end - 8), end - 8):
-            h = (h ^ _word(buf, at)) * np.uint64(0x100000001B3)
+            h = (h ^ word(buf, at)) * np.uint64(0x100000001B3)
             h ^= h >> np.uint64(29)
     # A multiply carries a bit only upwards: mixed down again (splitmix64's finish), so the low bits the table
     # uses depend on every byte read, not only the first ones.
     h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return h ^ (h >> np.uint64(31))
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _number_end(buf: np.ndarray, i: int) -> int:
-    """The end of the JSON number starting at i (-1 where it is no JSON number)."""
-    if buf[i] == 0x2D:
-        i += 1
-    if buf[i] == 0x30:
-        i += 1
-    elif 0x31 <= buf[i] <= 0x39:
-        while 0x30 <= buf[i] <= 0x39:
-            i += 1
-    else:
-        return -1
-    if buf[i] == 0x2E:
-        i += 1
-        if not 0x30 <= buf[i] <= 0x39:
-            return -1
-        while 0x30 <= buf[i] <= 0x39:
-            i += 1
-    if buf[i] == 0x65 or buf[i] == 0x45:
-        i += 1
-        if buf[i] == 0x2B or buf[i] == 0x2D:
-            i += 1
-        if not 0x30 <= buf[i] <= 0x39:
-            return -1
-        while 0x30 <= buf[i] <= 0x39:
-            i += 1
-    return i
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _exact_value(buf: np.ndarray, start: int, end: int, base: int) -> float:
-    """The number written at [start, end) less `base`, where that is exact in one division; else NaN with the
-    caller refusing (a JSON number is never NaN). `base` > 0 takes only `relative_times`' spelling."""
-    i, negative = start, False
-    if buf[i] == 0x2D:
-        if base:
-            return np.nan
-        negative, i = True, i + 1
-    whole, digits = 0, 0
-    while i < end and 0x30 <= buf[i] <= 0x39:
-        if digits == 18:
-            return np.nan
-        whole, digits, i = whole * 10 + int(buf[i] - 0x30), digits + 1, i + 1
-    scale, fraction = 0, 0
-    if i < end and buf[i] == 0x2E:
-        i += 1
-        while i < end and 0x30 <= buf[i] <= 0x39:
-            if scale == 15:
-                return np.nan
-            fraction, scale, i = fraction * 10 + int(buf[i] - 0x30), scale + 1, i + 1
-    if i != end:  # an exponent
-        return np.nan
-    if base:
-        # As `relative_times` takes it: no sign, at most 17 whole digits, from the base on; divided, not multiplied,
-        # so no product passes int64.
-        if digits > 17 or whole < base or whole - base + 1 > MAX_MANTISSA // 10**scale:
-            return np.nan
-        whole -= base
-    elif whole > MAX_MANTISSA // 10**scale:
-        return np.nan
-    mantissa = whole * 10**scale + fraction
-    if mantissa > MAX_MANTISSA:
-        return np.nan
-    value = mantissa / _POW10[scale]
-    return -value if negative else value
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _skip_value(buf: np.ndarray, i: int) -> int:
-    """The end of the JSON value at i, validated as JSON (-1 where it is not, holds an escape, or nests past
-    MAX_NESTING: the typed route reads it then)."""
-    in_object = np.uint64(0)  # bit d: level d+1 is an object (else an array)
-    depth = 0
-    while True:
-        i = _ws(buf, i)
-        c = buf[i]
-        if c == 0x7B or c == 0x5B:  # { [
-            i = _ws(buf, i + 1)
-            if buf[i] == c + 2:  # } ]: empty
-                i += 1
-            else:
-                if depth == MAX_NESTING:
-                    return -1
-                bit = np.uint64(1) << np.uint64(depth)
-                in_object = (in_object | bit) if c == 0x7B else (in_object & ~bit)
-                depth += 1
-                if c == 0x7B:
-                    i = _key_end(buf, i)
-                    if i < 0:
-                        return -1
-                continue
-        elif c == 0x22:
-            i = _string_end(buf, i + 1)
-            if i < 0:
-                return -1
-            i += 1
-        elif c == 0x2D or 0x30 <= c <= 0x39:
-            i = _number_end(buf, i)
-            if i < 0:
-                return -1
-        else:
-            i = _literal_end(buf, i)
-            if i < 0:
-                return -1
-        while depth:  # a value ended: close what it ends, or go on to the next
-            i = _ws(buf, i)
-            c = buf[i]
-            is_object = (in_object >> np.uint64(depth - 1)) & np.uint64(1)
-            if c == 0x2C:
-                i += 1
-                if is_object:
-                    i = _key_end(buf, _ws(buf, i))
-                    if i < 0:
-                        return -1
-                break
-            if c == (0x7D if is_object else 0x5D):
-                depth -= 1
-                i += 1
-            else:
-                return -1
-        if not depth:
-            return i
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _key_end(buf: np.ndarray, i: int) -> int:
-    """Past `"key" :` at i; -1 where none is there."""
-    if buf[i] != 0x22:
-        return -1
-    i = _string_end(buf, i + 1)
-    if i < 0:
-        return -1
-    i = _ws(buf, i + 1)
-    return i + 1 if buf[i] == 0x3A else -1
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _literal_end(buf: np.ndarray, i: int) -> int:
-    c = buf[i]
-    if c == 0x74 and buf[i + 1] == 0x72 and buf[i + 2] == 0x75 and buf[i + 3] == 0x65:
-        return i + 4
-    if c == 0x66 and buf[i + 1] == 0x61 and buf[i + 2] == 0x6C and buf[i + 3] == 0x73 and buf[i + 4] == 0x65:
-        return i + 5
-    if c == 0x6E and buf[i + 1] == 0x75 and buf[i + 2] == 0x6C and buf[i + 3] == 0x6C:
-        return i + 4
-    return -1
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _word(buf: np.ndarray, at: int) -> np.uint64:
-    """The eight bytes from `at` as one little-endian word (a fixed count of steps: no branch to mispredict)."""
-    x = np.uint64(0)
-    for j in range(8):
-        x |= np.uint64(buf[at + j]) << np.uint64(8 * j)
-    return x
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -251,8 +66,8 @@ def packed(buf: np.ndarray, start: int, end: int) -> tuple[np.uint64, np.uint64]
     past `end`, which the PADDING covers."""
     length = end - start
     keep = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(8 * (8 - min(length, 8))) if length else np.uint64(0)
-    first = _word(buf, start) & keep
-    last = _word(buf, max(end - 8, start)) & keep
+    first = word(buf, start) & keep
+    last = word(buf, max(end - 8, start)) & keep
     return first ^ np.uint64(length), last
 
 
@@ -278,24 +93,6 @@ def _known(buf: np.ndarray, start: int, end: int, lut: np.ndarray, keys: np.ndar
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _integer_end(buf: np.ndarray, i: int) -> int:
-    """The end of an integer at i written as `str(int)` writes it back (no `-0`) and of at most 18 digits, which
-    int64 holds (the typed schema's lane type, and orjson keeps a larger one to 2**64 only); else -1."""
-    start = i
-    if buf[i] == 0x2D:
-        i += 1
-        if buf[i] == 0x30:
-            return -1
-    end = _number_end(buf, i)
-    if end < 0 or end - i > 18:
-        return -1
-    for j in range(i, end):
-        if not 0x30 <= buf[j] <= 0x39:
-            return -1
-    return end if end > start else -1
-
-
-@njit(cache=True, nogil=True, _nrt=False)
 def _event(buf, i, row, base, lut, keys, words, levels, kinds, slots, spans, numbers):  # noqa: ANN001
     """Read the event object at i (`{` there) into row `row`: each known key of its level (EVENT_LEVEL, or
     ARGS_LEVEL inside its `args`) by its kind into its slot. Returns (end, `ts` keys read), end -1 where refused."""
@@ -304,77 +101,77 @@ def _event(buf, i, row, base, lut, keys, words, levels, kinds, slots, spans, num
     for j in range(numbers.shape[1]):
         numbers[row, j] = np.nan
     level, ts_keys = EVENT_LEVEL, 0
-    i = _ws(buf, i + 1)
+    i = ws(buf, i + 1)
     if buf[i] == 0x7D:
         return i + 1, ts_keys
     while True:
         if buf[i] != 0x22:
             return -1, ts_keys
-        key_end = _string_end(buf, i + 1)
+        key_end = string_end(buf, i + 1)
         if key_end < 0:
             return -1, ts_keys
         k = _known(buf, i + 1, key_end, lut, keys, words)
         kind = kinds[k] if k >= 0 and levels[k] == level else -1
-        i = _ws(buf, key_end + 1)
+        i = ws(buf, key_end + 1)
         if buf[i] != 0x3A:
             return -1, ts_keys
-        i = _ws(buf, i + 1)
+        i = ws(buf, i + 1)
         c = buf[i]
         if kind == ARGS:
             if c != 0x7B:
                 return -1, ts_keys
-            i = _ws(buf, i + 1)
+            i = ws(buf, i + 1)
             if buf[i] != 0x7D:
                 level = ARGS_LEVEL
                 continue
             i += 1
         elif kind == TEXT:
-            end = _string_end(buf, i + 1) if c == 0x22 else -1
+            end = string_end(buf, i + 1) if c == 0x22 else -1
             if end < 0:
                 return -1, ts_keys
             spans[row, slots[k]], spans[row, slots[k] + 1] = i + 1, end
             i = end + 1
         elif kind == LANE:
             # A text lane keeps its quotes (7 and "7" are two lanes until named, as the reference reads them).
-            end = _string_end(buf, i + 1) + 1 if c == 0x22 else _integer_end(buf, i)
+            end = string_end(buf, i + 1) + 1 if c == 0x22 else integer_end(buf, i)
             if end <= 0:
                 return -1, ts_keys
             spans[row, slots[k]], spans[row, slots[k] + 1] = i, end
             i = end
         elif kind in (TIME, NUMBER, NUMBER_OR_TEXT):
-            if kind != TIME and _literal_end(buf, i) == i + 4 and c == 0x6E:  # null: missing
+            if kind != TIME and literal_end(buf, i) == i + 4 and c == 0x6E:  # null: missing
                 numbers[row, slots[k]] = np.nan
                 i += 4
             elif kind == NUMBER_OR_TEXT and c == 0x22:  # text where a number goes: not a number, as typed reads it
-                end = _string_end(buf, i + 1)
+                end = string_end(buf, i + 1)
                 if end < 0:
                     return -1, ts_keys
                 numbers[row, slots[k]] = np.nan
                 i = end + 1
             else:
-                end = _number_end(buf, i)
-                value = _exact_value(buf, i, end, base if kind == TIME else 0) if end > 0 else np.nan
+                end = number_end(buf, i)
+                value = exact_value(buf, i, end, base if kind == TIME else 0) if end > 0 else np.nan
                 if value != value:
                     return -1, ts_keys
                 numbers[row, slots[k]] = value
                 ts_keys += kind == TIME
                 i = end
         else:
-            end = _skip_value(buf, i)
+            end = skip_value(buf, i)
             if end < 0:
                 return -1, ts_keys
             if kind == RAW:
                 spans[row, slots[k]], spans[row, slots[k] + 1] = i, end
             i = end
-        i = _ws(buf, i)
+        i = ws(buf, i)
         while buf[i] == 0x7D:  # the end of args, then perhaps of the event
             if level == EVENT_LEVEL:
                 return i + 1, ts_keys
             level = EVENT_LEVEL
-            i = _ws(buf, i + 1)
+            i = ws(buf, i + 1)
         if buf[i] != 0x2C:
             return -1, ts_keys
-        i = _ws(buf, i + 1)
+        i = ws(buf, i + 1)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -383,10 +180,10 @@ def scan(buf, base, lut, keys, words, levels, kinds, slots, spans, numbers):  # 
     columns: the event's own) and `numbers` (NaN: missing), a row per event. Returns (status, events, `ts` keys
     read)."""
     n = len(buf) - PADDING
-    i = _ws(buf, 0)
+    i = ws(buf, 0)
     if buf[i] != 0x5B:
         return REFUSED, 0, 0
-    i = _ws(buf, i + 1)
+    i = ws(buf, i + 1)
     rows, ts_keys = 0, 0
     if buf[i] == 0x5D:
         i += 1
@@ -400,14 +197,14 @@ def scan(buf, base, lut, keys, words, levels, kinds, slots, spans, numbers):  # 
                 return REFUSED, rows, ts_keys
             spans[rows, -2], spans[rows, -1] = start, i  # the event's own span, for a metadata event's args
             rows, ts_keys = rows + 1, ts_keys + found
-            i = _ws(buf, i)
+            i = ws(buf, i)
             if buf[i] == 0x5D:
                 i += 1
                 break
             if buf[i] != 0x2C:
                 return REFUSED, rows, ts_keys
-            i = _ws(buf, i + 1)
-    return (OK if _ws(buf, i) == n else REFUSED), rows, ts_keys
+            i = ws(buf, i + 1)
+    return (OK if ws(buf, i) == n else REFUSED), rows, ts_keys
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -447,35 +244,3 @@ def distinct(buf, starts, ends, codes, firsts, table):  # noqa: ANN001, ANN201
         else:
             return -1
     return count
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def structure(data, in_string, escape_pending, depth, kept_depth, positions, kinds, depths):  # noqa: ANN001, ANN201
-    """The structural scan of one chunk (profiling/scan.py `Splitter._structure`) in one pass: the marks `"{}[],`
-    outside strings whose depth before them is at most `kept_depth` (their positions, bytes and depths before,
-    into the arrays given), an escape's pair skipped wherever it is, as the numpy scan blanks it. Returns (marks
-    kept, in a string after, an escape's pair pending, depth after, deepest and shallowest depth after a mark)."""
-    n = len(data)
-    i, count, deepest, shallowest = 0, 0, depth, depth
-    if escape_pending and n:
-        i, escape_pending = 1, False
-    while i < n:
-        c = data[i]
-        if c == 0x5C:  # a backslash: it and the next byte are no structure
-            if i + 1 == n:
-                escape_pending = True
-            i += 2
-            continue
-        i += 1
-        if c == 0x22:
-            in_string = not in_string
-            continue
-        if in_string or _STEP_OF[c] == 2:
-            continue
-        before = depth
-        depth += _STEP_OF[c]
-        deepest, shallowest = max(deepest, depth), min(shallowest, depth)
-        if before <= kept_depth:
-            positions[count], kinds[count], depths[count] = i - 1, c, before
-            count += 1
-    return count, in_string, escape_pending, depth, deepest, shallowest

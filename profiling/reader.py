@@ -253,8 +253,8 @@ def native_ready() -> bool:
 
 
 def compiled_structure() -> Any:
-    """The compiled structural scan (`native_scan.structure`), once `native_ready`."""
-    from profiling.native_scan import structure
+    """The compiled structural scan (`native_json.structure`), once `native_ready`."""
+    from profiling.native_json import structure
 
     return structure
 

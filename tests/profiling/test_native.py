@@ -24,7 +24,7 @@ from tests.conftest import DATA
 from tests.profiling.test_reader_typed import ODD, REAL, _same_read, _text
 
 native = pytest.importorskip("profiling.native", reason="numba is not installed: every batch reads the typed way")
-native_scan = pytest.importorskip("profiling.native_scan", reason="numba is not installed")
+native_json = pytest.importorskip("profiling.native_json", reason="numba is not installed")
 
 
 BYTES_PER_BRACE = native.MIN_BYTES_PER_BRACE
@@ -291,7 +291,7 @@ def _scan_of(splitter: Splitter, chunk: bytes) -> tuple[object, ...]:
 def test_the_compiled_scan_finds_the_marks_the_numpy_scan_finds(pieces, cuts, depth):
     data = b"".join(pieces)
     numpy_scan, compiled_scan = Splitter(Limits(depth=depth)), Splitter(Limits(depth=depth))
-    compiled_scan.compiled = native_scan.structure
+    compiled_scan.compiled = native_json.structure
     bounds = sorted({0, len(data), *(min(cut, len(data)) for cut in cuts)})
     for start, end in itertools.pairwise(bounds):  # an escape may be cut from its pair here
         want = _scan_of(numpy_scan, data[start:end])
