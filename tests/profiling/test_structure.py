@@ -391,7 +391,13 @@ def test_op_calls_on_a_nanosecond_trace_at_1_7e15_us_agree_with_torchs_tree(reco
     assert trace.ts_base_us + trace.events["ts"].min() == 1.7e15 and np.spacing(1.7e15) == 0.25
     table = op_table_from_trace(trace)
     calls = dict(zip(table["name"], table["calls"], strict=True))
-    assert calls == {e.key: e.count for e in prof.key_averages()}
+    torchs = {e.key: e.count for e in prof.key_averages()}
+    # Rounding to 0.25 µs loses what tells some back-to-back ns events apart, so a call can land in its
+    # neighbour (a fresh CI run once read 1,799 `aten::abs` of 1,800, 6 local runs and 6 under load read all).
+    # Every op is still found, and at most one call in 500 moves: a nesting bug moves hundreds. At full ns
+    # resolution every parent must agree exactly (the next test).
+    assert calls.keys() == torchs.keys()
+    assert sum(abs(calls[name] - torchs[name]) for name in torchs) <= sum(torchs.values()) / 500
 
 
 def test_every_parent_agrees_with_torchs_tree(recorded, tmp_path):
