@@ -9,7 +9,7 @@ reads by the typed route: every odd value reads as the reference reads it, and t
 same blocks on every real trace and on fuzzed ones (tests/profiling/test_native.py). The few metadata events
 (lane names) are parsed whole, by the reference parser, for their args.
 
-Without numba (a bare CLI, the GPU machine's torch) `available()` is False and every batch reads the typed way.
+Without numba (a bare CLI, the GPU machine's torch) `warm()` is False and every batch reads the typed way.
 """
 
 from __future__ import annotations
@@ -91,11 +91,6 @@ def _tables() -> tuple[np.ndarray, ...]:
 
 
 _TABLES = _tables() if native_scan is not None else ()
-
-
-def available() -> bool:
-    """Whether numba is installed (else every batch reads the typed way)."""
-    return native_scan is not None
 
 
 def warm() -> bool:

@@ -93,9 +93,36 @@ def _known(buf: np.ndarray, start: int, end: int, lut: np.ndarray, keys: np.ndar
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _value(buf, i, kind, base):  # noqa: ANN001
+    """The value at i of a key of `kind` (-1: a key not read): (its end, the span kept of it, its number);
+    end -1 where refused. A text keeps the span inside its quotes, a lane the whole (7 and "7" are two lanes
+    until named, as the reference reads them), an object arg its JSON text; a number is NaN where null, or
+    text where `NUMBER_OR_TEXT` takes it, as the typed route reads those."""
+    c = buf[i]
+    if kind == TEXT:
+        end = string_end(buf, i + 1) if c == 0x22 else -1
+        return (end + 1 if end >= 0 else -1), i + 1, end, np.nan
+    if kind == LANE:
+        end = string_end(buf, i + 1) + 1 if c == 0x22 else integer_end(buf, i)
+        return (end if end > 0 else -1), i, end, np.nan
+    if kind in (TIME, NUMBER, NUMBER_OR_TEXT):
+        if kind != TIME and c == 0x6E and literal_end(buf, i) == i + 4:  # null: missing
+            return i + 4, -1, -1, np.nan
+        if kind == NUMBER_OR_TEXT and c == 0x22:
+            end = string_end(buf, i + 1)
+            return (end + 1 if end >= 0 else -1), -1, -1, np.nan
+        end = number_end(buf, i)
+        value = exact_value(buf, i, end, base if kind == TIME else 0) if end > 0 else np.nan
+        return (end if value == value else -1), -1, -1, value
+    end = skip_value(buf, i)  # an object arg's text, or a key not read, validated as JSON
+    return end, i, end, np.nan
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _event(buf, i, row, base, lut, keys, words, levels, kinds, slots, spans, numbers):  # noqa: ANN001
     """Read the event object at i (`{` there) into row `row`: each known key of its level (EVENT_LEVEL, or
-    ARGS_LEVEL inside its `args`) by its kind into its slot. Returns (end, `ts` keys read), end -1 where refused."""
+    ARGS_LEVEL inside its `args`) by its kind into its slot (`_value`). Returns (end, `ts` keys read), end -1
+    where refused."""
     for j in range(spans.shape[1]):
         spans[row, j] = -1
     for j in range(numbers.shape[1]):
@@ -116,52 +143,23 @@ def _event(buf, i, row, base, lut, keys, words, levels, kinds, slots, spans, num
         if buf[i] != 0x3A:
             return -1, ts_keys
         i = ws(buf, i + 1)
-        c = buf[i]
         if kind == ARGS:
-            if c != 0x7B:
+            if buf[i] != 0x7B:
                 return -1, ts_keys
             i = ws(buf, i + 1)
             if buf[i] != 0x7D:
                 level = ARGS_LEVEL
                 continue
             i += 1
-        elif kind == TEXT:
-            end = string_end(buf, i + 1) if c == 0x22 else -1
+        else:
+            end, start, stop, value = _value(buf, i, kind, base)
             if end < 0:
                 return -1, ts_keys
-            spans[row, slots[k]], spans[row, slots[k] + 1] = i + 1, end
-            i = end + 1
-        elif kind == LANE:
-            # A text lane keeps its quotes (7 and "7" are two lanes until named, as the reference reads them).
-            end = string_end(buf, i + 1) + 1 if c == 0x22 else integer_end(buf, i)
-            if end <= 0:
-                return -1, ts_keys
-            spans[row, slots[k]], spans[row, slots[k] + 1] = i, end
-            i = end
-        elif kind in (TIME, NUMBER, NUMBER_OR_TEXT):
-            if kind != TIME and literal_end(buf, i) == i + 4 and c == 0x6E:  # null: missing
-                numbers[row, slots[k]] = np.nan
-                i += 4
-            elif kind == NUMBER_OR_TEXT and c == 0x22:  # text where a number goes: not a number, as typed reads it
-                end = string_end(buf, i + 1)
-                if end < 0:
-                    return -1, ts_keys
-                numbers[row, slots[k]] = np.nan
-                i = end + 1
-            else:
-                end = number_end(buf, i)
-                value = exact_value(buf, i, end, base if kind == TIME else 0) if end > 0 else np.nan
-                if value != value:
-                    return -1, ts_keys
+            if kind in (TEXT, LANE, RAW):
+                spans[row, slots[k]], spans[row, slots[k] + 1] = start, stop
+            elif kind >= 0:
                 numbers[row, slots[k]] = value
                 ts_keys += kind == TIME
-                i = end
-        else:
-            end = skip_value(buf, i)
-            if end < 0:
-                return -1, ts_keys
-            if kind == RAW:
-                spans[row, slots[k]], spans[row, slots[k] + 1] = i, end
             i = end
         i = ws(buf, i)
         while buf[i] == 0x7D:  # the end of args, then perhaps of the event

@@ -191,8 +191,9 @@ def _file_json_bytes(path: Path) -> int:
     """The JSON a trace file holds, as its size and a gzip's trailer tell it (0 where they cannot)."""
     try:
         with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 4 or not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            info = os.fstat(f.fileno())
+            size = info.st_size
+            if size < 4 or not stat.S_ISREG(info.st_mode):
                 return 0
             head = f.read(2)
             f.seek(size - 4)
@@ -244,11 +245,9 @@ def _read(chunks: Iterator[bytes], limits: Limits, source: str, typed: bool = Tr
 
 
 def native_ready() -> bool:
-    """Whether the compiled decoder is installed, loaded here (numba, and its compiled code from the cache)."""
-    try:
-        from profiling.native import warm
-    except ImportError:  # numba is optional: a bare CLI reads the typed way
-        return False
+    """Whether the compiled decoder is installed (numba is optional), loaded here with its compiled code."""
+    from profiling.native import warm  # imports without numba too, and then says so
+
     return warm()
 
 
