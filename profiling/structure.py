@@ -6,11 +6,13 @@ Computed once per trace and cached on it, since every table and window reads it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from profiling.reader import native_wanted
 from profiling.trace import Trace
 
 # Ops that only touch metadata or allocate: never a compute op, on CPU or GPU.
@@ -81,8 +83,8 @@ def nest(events: pd.DataFrame, lanes: np.ndarray | None = None) -> tuple[np.ndar
     ts, end = events["ts"].to_numpy()[rows], events["end"].to_numpy()[rows]
     order = nesting_order(lanes, ts, end)
     sorted_rows = rows[order]
-    parents = nesting_parents(lanes[order], ts[order], end[order])  # positions in `order`, -1 for none
-    depth[sorted_rows] = chain_depths(parents)
+    parents, depths = nesting_parents_and_depths(lanes[order], ts[order], end[order])  # positions in `order`
+    depth[sorted_rows] = depths
     parent[sorted_rows] = np.where(parents >= 0, sorted_rows[np.clip(parents, 0, None)], -1)
     return depth, parent
 
@@ -114,6 +116,31 @@ MAX_JUMP_ROUNDS = 64
 _CLIMBING = -2  # an event whose parent the jumping left unknown
 # Steps an overhang's climb may take, per event of the trace, on the whole; past them the lanes are walked.
 CLIMB_STEPS_PER_EVENT = 4
+
+
+def nesting_parents_and_depths(
+    lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The parent (a position in nesting order, -1 for none) and depth of each event given in nesting order: by
+    the compiled walk where numba is loaded already (`compiled_walk`), else by the whole-array steps below."""
+    walked = compiled_walk()
+    if walked is not None:
+        return walked(lanes, starts, stops, END_SLACK_US)
+    parents = nesting_parents(lanes, starts, stops)
+    return parents, chain_depths(parents)
+
+
+def compiled_walk() -> Callable[..., tuple[np.ndarray, np.ndarray]] | None:
+    """`native_nest.walked`, the walk in compiled code (25x the steps below), where the reader would take its
+    compiled decoder at no cost to load it (`reader.native_wanted`: numba loaded already, by a big trace's read
+    or the app's workers; or PROFILING_NATIVE on); else None. numba is never loaded for the nesting alone."""
+    if not native_wanted(0):
+        return None
+    try:
+        from profiling.native_nest import walked
+    except ImportError:  # PROFILING_NATIVE on, and no numba
+        return None
+    return walked
 
 
 def nesting_parents(lanes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
