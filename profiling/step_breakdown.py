@@ -81,6 +81,7 @@ def is_step_name(name: str) -> bool:
     return STEP_NAME.fullmatch(name) is not None
 
 
+@per_trace  # the analysis, the plugin's steps and each finding's step (`step_names`) ask for them
 def profiler_steps(trace: Trace) -> pd.DataFrame:
     """The host-side `ProfilerStep#N` spans in time order, each with its `position` (0, 1, ...) in that order;
     without any, the plugin's step "0" over the host's ops (`fallback_step`).
@@ -95,6 +96,7 @@ def profiler_steps(trace: Trace) -> pd.DataFrame:
     return steps.assign(**{POSITION: np.arange(len(steps))})
 
 
+@per_trace
 def _step_annotations(trace: Trace) -> pd.DataFrame:
     mask = in_categories(trace, "user_annotation", "cpu_op") & where_value(trace, "name", is_step_name)
     return rows_of(trace.events, trace.complete_rows[mask])
