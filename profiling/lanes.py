@@ -8,6 +8,7 @@ bucket are merged into one bar.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,7 +166,9 @@ def merge_keys(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | 
 
     Buckets divide `span` (start, end µs), else the events' own; an event starting before the span falls in
     its first bucket. Halving power-of-two buckets is a right shift of the key, so one sort counts the keys
-    at every coarseness (a groupby per try cost a pass over millions of events each).
+    at every coarseness (a groupby per try cost a pass over millions of events each): where the keys are few (a
+    bar budget's buckets for each of MAX_LANES + 1 lanes and MAX_DEPTH + 1 rows), which keys occur is counted in one
+    pass instead of the sort, and halving the buckets ORs neighbouring keys (`_distinct_keys`).
     """
     levels = max(0, int(max_bars).bit_length() - 1)  # 2**levels buckets at the finest, no more than max_bars
     t0, t1 = span if span is not None else (float(events["ts"].min()), float(events["end"].max()))
@@ -175,12 +178,28 @@ def merge_keys(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | 
     lane = events["lane"].to_numpy().astype(np.int64)  # int64: the key is shifted left below
     row = lane * (MAX_DEPTH + 1) + events["depth"].to_numpy()
     fine = (row << levels) + bucket
-    ordered = np.sort(fine)
-    for shift in range(levels + 1):
-        coarse = ordered >> shift
-        if 1 + np.count_nonzero(coarse[1:] != coarse[:-1]) <= max_bars:
-            break
+    distinct = _distinct_keys(fine, levels)
+    shift = next((shift for shift in range(levels + 1) if distinct(shift) <= max_bars), levels)
     return fine >> shift
+
+
+MAX_COUNTED_KEYS = 1 << 24  # keys counted by presence (a 16 MiB mask at most); more are sorted
+
+
+def _distinct_keys(fine: np.ndarray, levels: int) -> Callable[[int], int]:
+    """How many distinct keys `fine >> shift` holds, for shift 0 to `levels`, from one pass over the keys."""
+    if not len(fine):
+        return lambda shift: 0
+    if int(fine.min()) < 0 or int(fine.max()) >= MAX_COUNTED_KEYS:  # a hostile depth or lane: sorted, as before
+        ordered = np.sort(fine)
+        return lambda shift: 1 + int(np.count_nonzero((ordered[1:] >> shift) != (ordered[:-1] >> shift)))
+    present = np.bincount(fine) > 0
+    counts = []
+    for _ in range(levels + 1):
+        counts.append(int(np.count_nonzero(present)))
+        present = np.append(present, False) if len(present) % 2 else present
+        present = present[0::2] | present[1::2]  # keys 2k and 2k+1 become key k
+    return counts.__getitem__
 
 
 def timed_events(trace: Trace, max_bars: int) -> pd.DataFrame:

@@ -235,3 +235,65 @@ def test_a_big_traces_texts_are_drawn_from_codes_as_the_columns_hold_them():
     for column in TIMELINE_COLUMNS:
         assert coded[column].astype(object).tolist() == plain[column].astype(object).tolist(), column
     assert (coded["cat"] == "").sum() == 2 * 300  # no text category (missing, or a number) reads as ""
+
+
+def _keys_by_sorting(events, max_bars: int, span=None):
+    """merge_keys's rule by the plain route: the finest power-of-two buckets whose (lane, depth, bucket) keys,
+    counted as a set, number at most `max_bars`."""
+    import numpy as np
+
+    from profiling.lanes import MAX_DEPTH
+
+    levels = max(0, int(max_bars).bit_length() - 1)
+    t0, t1 = span if span is not None else (float(events["ts"].min()), float(events["end"].max()))
+    width = float(t1 - t0) or 1.0
+    fraction = np.nan_to_num((events["ts"].to_numpy() - t0) / width)
+    bucket = np.clip((fraction * 2**levels).astype(np.int64), 0, 2**levels - 1)
+    fine = [
+        ((int(lane) * (MAX_DEPTH + 1) + int(depth)) << levels) + int(b)
+        for lane, depth, b in zip(events["lane"], events["depth"], bucket, strict=True)
+    ]
+    for shift in range(levels + 1):
+        if len({key >> shift for key in fine}) <= max_bars:
+            break
+    return [key >> shift for key in fine]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("max_bars", [1, 2, 7, 64, 3000, 5_000_000])
+def test_merge_keys_are_the_plain_counts_at_every_budget(seed, max_bars):
+    # A budget of 5 million takes 22 levels: 41 lanes x 7 rows of keys pass the counted mask, and are sorted.
+    import numpy as np
+    import pandas as pd
+
+    from profiling.lanes import MAX_DEPTH, MAX_LANES, merge_keys
+
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 4_000))
+    ts = np.round(rng.uniform(0, rng.choice([1.0, 1e3, 1e6]), size), 1)
+    events = pd.DataFrame(
+        {
+            "ts": ts,
+            "end": ts + rng.uniform(0, 10, size),
+            "lane": rng.integers(0, rng.integers(1, MAX_LANES + 2), size),
+            "depth": rng.integers(0, MAX_DEPTH + 1, size),
+        }
+    )
+    span = None if seed % 2 else (float(ts.min()) + 1.0, float(ts.max()))
+    assert merge_keys(events, max_bars, span).tolist() == _keys_by_sorting(events, max_bars, span)
+
+
+def test_merge_keys_at_the_budgets_edge_and_past_the_counted_keys():
+    import pandas as pd
+
+    from profiling.lanes import merge_keys
+
+    # A budget of 4 makes 4 buckets of the span [0, 4): one per µs. Depth 0 fills buckets 0-2 and depth 1 buckets 0-1:
+    # 5 keys, one more than the budget, so the buckets are halved (3 keys). Without depth 1's second event, 4 keys:
+    # the budget exactly, kept as they are.
+    five = pd.DataFrame({"ts": [0.0, 1.0, 2.0, 0.0, 1.0], "lane": 0, "depth": [0, 0, 0, 1, 1]})
+    five["end"] = five["ts"] + 0.5
+    assert merge_keys(five, 4, (0.0, 4.0)).tolist() == [0, 0, 1, 2, 2]
+    assert merge_keys(five.head(4), 4, (0.0, 4.0)).tolist() == [0, 1, 2, 4]
+    # A budget of 2**40 would count keys up to 2**48 by presence: sorted instead, in the memory of the events.
+    assert merge_keys(five, 2**40).tolist() == _keys_by_sorting(five, 2**40)
