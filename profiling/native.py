@@ -35,9 +35,9 @@ from profiling.lane_names import lane_names
 from profiling.names import cut_name
 
 try:
-    from profiling import native_json, native_scan
+    from profiling import native_json, native_scan, native_structure
 except ImportError:  # pragma: no cover - exercised by tests/test_layering.py in a child without numba
-    native_json = native_scan = None  # type: ignore[assignment]
+    native_json = native_scan = native_structure = None  # type: ignore[assignment]
 
 # (level, key, kind): the spans and the numbers the pass writes, in their column order (the kinds and levels:
 # native_scan's); empty without numba, where nothing reads them.
@@ -98,7 +98,11 @@ def warm() -> bool:
     whether the native decoder is available."""
     if native_scan is None:
         return False
-    native_block(b'[{"ph":"X","name":"a","pid":1,"tid":1,"ts":1,"dur":1,"args":{"grid":[1]}}]')
+    text = b'[{"ph":"X","name":"a","pid":1,"tid":1,"ts":1,"dur":1,"args":{"grid":[1]}}]'
+    native_block(text)
+    size = len(text)
+    marks = np.empty(size, np.int64), np.empty(size, np.uint8), np.empty(size, np.int32)
+    native_structure.structure(np.frombuffer(text, np.uint8), False, False, 0, 2, *marks)  # the splitter's scan
     return True
 
 

@@ -1,4 +1,5 @@
-"""JSON in compiled code (numba): the tokens the native pass is built from, and the structural scan.
+"""JSON in compiled code (numba): the tokens the native pass is built from (the structural scan is
+profiling/native_structure.py).
 
 Every function reads a buffer that ends in PADDING zero bytes and stops at a zero byte (no JSON token holds one),
 so no read passes the buffer whatever the input; each returns -1 (or NaN) for what it does not take plainly,
@@ -215,35 +216,3 @@ def integer_end(buf: np.ndarray, i: int) -> int:
         if not 0x30 <= buf[j] <= 0x39:
             return -1
     return end if end > start else -1
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def structure(data, in_string, escape_pending, depth, kept_depth, positions, kinds, depths):  # noqa: ANN001, ANN201
-    """The structural scan of one chunk (profiling/scan.py `Splitter._structure`) in one pass: the marks `"{}[],`
-    outside strings whose depth before them is at most `kept_depth` (their positions, bytes and depths before,
-    into the arrays given), an escape's pair skipped wherever it is, as the numpy scan blanks it. Returns (marks
-    kept, in a string after, an escape's pair pending, depth after, deepest and shallowest depth after a mark)."""
-    n = len(data)
-    i, count, deepest, shallowest = 0, 0, depth, depth
-    if escape_pending and n:
-        i, escape_pending = 1, False
-    while i < n:
-        c = data[i]
-        if c == 0x5C:  # a backslash: it and the next byte are no structure
-            if i + 1 == n:
-                escape_pending = True
-            i += 2
-            continue
-        i += 1
-        if c == 0x22:
-            in_string = not in_string
-            continue
-        if in_string or _STEP_OF[c] == 2:
-            continue
-        before = depth
-        depth += _STEP_OF[c]
-        deepest, shallowest = max(deepest, depth), min(shallowest, depth)
-        if before <= kept_depth:
-            positions[count], kinds[count], depths[count] = i - 1, c, before
-            count += 1
-    return count, in_string, escape_pending, depth, deepest, shallowest

@@ -252,8 +252,8 @@ def native_ready() -> bool:
 
 
 def compiled_structure() -> Any:
-    """The compiled structural scan (`native_json.structure`), once `native_ready`."""
-    from profiling.native_json import structure
+    """The compiled structural scan (`native_structure.structure`), once `native_ready`."""
+    from profiling.native_structure import structure
 
     return structure
 

@@ -9,6 +9,7 @@ import gzip
 import itertools
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from tests.profiling.test_reader_typed import ODD, REAL, _same_read, _text
 
 native = pytest.importorskip("profiling.native", reason="numba is not installed: every batch reads the typed way")
 native_json = pytest.importorskip("profiling.native_json", reason="numba is not installed")
+native_structure = pytest.importorskip("profiling.native_structure", reason="numba is not installed")
 
 
 BYTES_PER_BRACE = native.MIN_BYTES_PER_BRACE
@@ -291,13 +293,33 @@ def _scan_of(splitter: Splitter, chunk: bytes) -> tuple[object, ...]:
 def test_the_compiled_scan_finds_the_marks_the_numpy_scan_finds(pieces, cuts, depth):
     data = b"".join(pieces)
     numpy_scan, compiled_scan = Splitter(Limits(depth=depth)), Splitter(Limits(depth=depth))
-    compiled_scan.compiled = native_json.structure
+    compiled_scan.compiled = native_structure.structure
     bounds = sorted({0, len(data), *(min(cut, len(data)) for cut in cuts)})
     for start, end in itertools.pairwise(bounds):  # an escape may be cut from its pair here
         want = _scan_of(numpy_scan, data[start:end])
         assert _scan_of(compiled_scan, data[start:end]) == want
         if want[0] == "error":
             break
+
+
+@pytest.mark.parametrize("byteorder", ["little", "big"])
+def test_the_compiled_scan_finds_the_numpy_scans_marks_across_many_blocks(byteorder, monkeypatch):
+    # Texts of many 64-byte blocks: backslash runs and quotes across block bounds, escapes at a block's last byte,
+    # chunks cut anywhere (a block's masks at any offset, the bytes under a block by the byte loop). On a big-endian
+    # machine every byte takes the byte loop.
+    monkeypatch.setattr(native_structure, "sys", SimpleNamespace(byteorder=byteorder))
+    rng = np.random.default_rng(64)
+    for trial in range(300 if byteorder == "little" else 60):
+        weights = rng.dirichlet(np.ones(len(_PIECES)))
+        data = b"".join(_PIECES[i] for i in rng.choice(len(_PIECES), int(rng.integers(0, 3_000)), p=weights))
+        numpy_scan, compiled_scan = Splitter(Limits(depth=10**6)), Splitter(Limits(depth=10**6))
+        compiled_scan.compiled = native_structure.structure
+        cuts = rng.integers(0, len(data) + 1, int(rng.integers(0, 6)))
+        for start, end in itertools.pairwise(sorted({0, len(data), *cuts.tolist()})):
+            want = _scan_of(numpy_scan, data[start:end])
+            assert _scan_of(compiled_scan, data[start:end]) == want, (trial, start, end)
+            if want[0] == "error":
+                break
 
 
 def test_a_read_with_the_compiled_scan_refuses_what_the_numpy_scan_refuses(monkeypatch):
