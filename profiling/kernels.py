@@ -277,9 +277,16 @@ class KernelInfo:
         return "; ".join(parts)
 
 
+# One decode at a time: the analysis's two threads ask for the same names (the kernel table, the summary), and two
+# misses of one name at once would decode it twice, past the bound on decoding an upload's names (decode_most).
+# Decoding holds the GIL throughout, so the lock costs no parallelism.
+_DECODING = threading.Lock()
+
+
 def decode(name: str) -> KernelInfo:
     """What a kernel (or memcpy/memset) name says about the work it does."""
-    return _decode(cut_name(name))  # cut before the cache: it holds 4,096 names of at most 4 kB each
+    with _DECODING:
+        return _decode(cut_name(name))  # cut before the cache: it holds 4,096 names of at most 4 kB each
 
 
 @functools.lru_cache(maxsize=4096)

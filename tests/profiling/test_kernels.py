@@ -1,6 +1,8 @@
 """The kernel-name decoder, on the names the blog shows and on real kernels from A100 traces."""
 
 import json
+import threading
+import time
 
 import pandas as pd
 import pytest
@@ -296,3 +298,29 @@ def test_an_upload_of_many_kernel_names_decodes_only_the_most_timed():
     assert summary["tensor_core_unknown_percent"] == pytest.approx(100 * unknown / total)
     assert summary["decoded_kernel_time_percent"] == pytest.approx(100 * (total - unknown) / total)
     assert set(table.loc[table["family"] == "gemm", "name"]) == {e["name"] for e in by_time[:MAX_NAMES_DECODED]}
+
+
+def test_two_threads_asking_for_one_name_decode_it_once(monkeypatch):
+    # The analysis's two threads ask for the same names: the second waits for the first's decode and reads it,
+    # rather than decoding it again (which would pass the bound on an upload's decodes).
+    plain = kernels.demangle
+
+    def slowly(name: str) -> str:
+        time.sleep(0.2)  # both threads are asking meanwhile
+        return plain(name)
+
+    monkeypatch.setattr(kernels, "demangle", slowly)
+    kernels._decode.cache_clear()
+    together = threading.Barrier(2)
+    found: list[object] = []
+
+    def ask() -> None:
+        together.wait()
+        found.append(decode("ampere_sgemm_128x64_nn"))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert kernels._decode.cache_info().misses == 1 and found[0] == found[1]
