@@ -73,8 +73,9 @@ def _analyze(trace: Trace, run: Measurement | None, progress: Progress | None) -
     # Two threads share the work, each part on the thread that needs it least late: the second thread measures
     # the steps while this one finds the forwards, then makes the kernel table and a trace's insights (which need
     # nothing the tables here make) while this one makes the op and window tables. Their sorts, takes and
-    # group-bys let go of the GIL: a 1 GiB trace is analysed 1.6 s sooner (docs/benchmarks.md). Both only read
-    # the trace and fill its caches, each cache with what one function alone makes.
+    # group-bys let go of the GIL: after a 1 GiB read, 4.1-4.3 s rather than 6.6-7.1 (docs/benchmarks.md). Both
+    # only read the trace and fill its caches, each cache with what one function alone makes (a kernel name is
+    # decoded once, under kernels.decode's lock).
     with ThreadPoolExecutor(1, thread_name_prefix="analysis") as beside:
         measured = beside.submit(step_breakdown, trace)  # the steps first (`profiler_steps`, kept on the trace)
         names, longest = annotation_names(trace)
