@@ -19,8 +19,6 @@ MAX_MANTISSA = 2**53
 _POW10 = np.array([10.0**k for k in range(23)])  # exact: 10**22 is the last power of ten a float64 holds
 _SPACE = np.zeros(256, np.bool_)
 _SPACE[[0x20, 0x09, 0x0A, 0x0D]] = True
-_STEP_OF = np.full(256, 2, np.int64)  # a structural byte's depth change; 2: no structure
-_STEP_OF[[ord("{"), ord("[")]], _STEP_OF[[ord("}"), ord("]")]], _STEP_OF[[ord(","), ord('"')]] = 1, -1, 0
 MAX_NESTING = 60  # levels inside a skipped value tracked in one 64-bit word; deeper ones take the typed route
 
 

@@ -18,10 +18,10 @@ import sys
 import numpy as np
 from numba import njit
 
-from profiling.native_json import _STEP_OF
-
 _ONES, _HIGH, _LOW7 = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080), np.uint64(0x7F7F7F7F7F7F7F7F)
 _GATHER = np.uint64(0x0102040810204080)  # the high bit of byte j to bit 56 + j, in one multiply
+_STEP_OF = np.full(256, 2, np.int64)  # a structural byte's depth change; 2: no structure
+_STEP_OF[[ord("{"), ord("[")]], _STEP_OF[[ord("}"), ord("]")]], _STEP_OF[[ord(","), ord('"')]] = 1, -1, 0
 _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
 _LOWEST_AT = np.zeros(64, np.int64)  # de Bruijn: a word's lowest set bit, as its position
 for _k in range(64):

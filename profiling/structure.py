@@ -131,7 +131,7 @@ def nesting_parents_and_depths(
 
 
 def compiled_walk() -> Callable[..., tuple[np.ndarray, np.ndarray]] | None:
-    """`native_nest.walked`, the walk in compiled code (25x the steps below), where the reader would take its
+    """`native_nest.walked`, the walk in compiled code (~30x the steps below), where the reader would take its
     compiled decoder at no cost to load it (`reader.native_wanted`: numba loaded already, by a big trace's read
     or the app's workers; or PROFILING_NATIVE on); else None. numba is never loaded for the nesting alone."""
     if not native_wanted(0):
