@@ -16,7 +16,7 @@ is skipped here, where orjson refuses the whole document (the stdlib reads it as
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import is_not
 from typing import Annotated, Any
@@ -263,11 +263,15 @@ def _raw_codes(raws: Sequence[Any]) -> ObjectColumn:
 def canonical(texts: Sequence[bytes]) -> tuple[list[int], list[bytes], list[Any]]:
     """Distinct raw JSON texts as (each one's position among the distinct values, -1 for null; the values'
     canonical compact JSON; the values), the values in order of first appearance."""
+    return canonical_parsed(map(_parsed, texts))
+
+
+def canonical_parsed(parsed: Iterable[tuple[bytes | None, Any]]) -> tuple[list[int], list[bytes], list[Any]]:
+    """`canonical` of texts already `_parsed`."""
     index: dict[bytes, int] = {}  # canonical compact JSON -> position in `values`
     at: list[int] = []
     values: list[Any] = []
-    for text in texts:
-        key, value = _parsed(text)
+    for key, value in parsed:
         if key is None:
             at.append(-1)
             continue

@@ -314,7 +314,9 @@ class Splitter:
         last = end if end is not None else (int(cuts[-1]) if len(cuts) else 0)
         if last > 1:  # `[e1,...,ek` + `]`; the commas inside events are not at the top level
             self.events_offset += len(cuts) + (end is not None)
-            yield bytes(self.buffer[:last]) + b"]"
+            with memoryview(self.buffer) as head:  # one copy (a bytearray's slice and then bytes() were two)
+                batch = b"".join((head[:last], b"]"))
+            yield batch
         if end is None:
             if last:
                 del self.buffer[:last]

@@ -87,6 +87,21 @@ def test_every_batch_of_a_real_trace_reads_as_the_typed_decoder_reads_it_and_non
     assert not refused, f"batches {refused} of {len(batches)} fell back to the typed route"
 
 
+@pytest.mark.parametrize("entries", [1, 16, 1 << 16])
+def test_batches_read_the_same_from_a_cache_of_any_size_however_full(monkeypatch, entries):
+    """The texts decoded before (profiling/native_texts.py), from a cache too small for one batch (each batch's own
+    decoded), emptied every few batches, or holding them all, give the same blocks; so does a second read."""
+    native_texts = pytest.importorskip("profiling.native_texts")
+    monkeypatch.setattr(native_texts, "MAX_ENTRIES", entries)
+    caches: dict = {}
+    monkeypatch.setattr(native, "text_cache", lambda decode: caches.setdefault(decode, native_texts.TextCache(decode)))
+    monkeypatch.setattr(native, "MIN_BYTES_PER_BRACE", BYTES_PER_BRACE)
+    path = next(p for p in REAL if p.name == "h100_qwen1.5-0.5b_prefill.json.gz")
+    for _ in range(2):
+        assert all(_agrees(text, base) is not None for text, base in _batches(path.read_bytes()))
+    assert caches and all(len(cache.values) <= entries for cache in caches.values())
+
+
 @pytest.mark.parametrize("case", sorted(ODD))
 def test_odd_values_read_as_the_typed_decoder_reads_them_or_are_refused(case):
     for text, base in _batches(_text(case)):
