@@ -121,8 +121,8 @@ def assign_lanes(trace: Trace, ev: pd.DataFrame) -> tuple[pd.DataFrame, Lanes]:
 
 
 def merge(events: pd.DataFrame, max_bars: int, focus: tuple[float, float] | None = None) -> tuple[pd.DataFrame, int]:
-    """Merge events per (lane, depth, time bucket) until at most `max_bars` remain; returns the bars and how many
-    events were merged away.
+    """Merge events per (lane, depth, time bucket) until at most `max_bars` remain; returns the bars, longest first
+    (`longest_first`), and how many events were merged away.
 
     With a `focus` (start and end, µs: the initial view), the events it overlaps keep up to FOCUS_SHARE of the
     budget, bucketed over the focus alone: drawn one bar each where they fit, else merged only within buckets
@@ -131,7 +131,7 @@ def merge(events: pd.DataFrame, max_bars: int, focus: tuple[float, float] | None
     reader zooms into first is what keeps its bars apart.
     """
     if len(events) <= max_bars:
-        return events.assign(merged=1), 0
+        return longest_first(events).assign(merged=1), 0
     if focus is None:
         merged = _merged(events, max_bars, None)
         return merged, int(len(events) - len(merged))
@@ -139,26 +139,48 @@ def merge(events: pd.DataFrame, max_bars: int, focus: tuple[float, float] | None
     outside = events[~inside]
     budget = max_bars if outside.empty else max(1, int(max_bars * FOCUS_SHARE))
     near = events[inside]
-    near = near.assign(merged=1) if len(near) <= budget else _merged(near, budget, focus)
+    near = longest_first(near).assign(merged=1) if len(near) <= budget else _merged(near, budget, focus)
     far = _merged(outside, max(1, max_bars - len(near)), None) if len(outside) else outside.assign(merged=1)
     drawn = pd.concat([near, far], ignore_index=True)
     return drawn, int(len(events) - len(drawn))
 
 
+def longest_first(events: pd.DataFrame) -> pd.DataFrame:
+    """The events by `dur`, longest first, events of one length in their order (a stable sort): the order bars
+    are drawn in, later ones on top, and within a budget the long ones are what a reader needs to see."""
+    return events.sort_values("dur", ascending=False, kind="stable")
+
+
 def _merged(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | None) -> pd.DataFrame:
-    """One bar per (lane, depth, time bucket) key of `merge_keys`, with how many events it holds."""
-    groups = events.groupby(merge_keys(events, max_bars, span), sort=False)
-    return groups.agg(
-        name=("name", "first"),
-        cat=("cat", "first"),
-        ts=("ts", "min"),
-        end=("end", "max"),
-        dur=("dur", "sum"),
-        merged=("name", "size"),
-        lane=("lane", "first"),
-        depth=("depth", "first"),
-        origin=("origin", "first"),
-    ).reset_index(drop=True)
+    """One bar per (lane, depth, time bucket) key of `merge_keys`, with how many events it holds: named, coloured
+    and placed by its longest event (the first of them in `events`' order), spanning its events, as long as their
+    durations summed, and the bars in the order of their longest events in `longest_first`.
+
+    Grouped as the events stand, with numpy's reductions per group: sorting 3.2M events longest first and grouping
+    them after held a 1 GiB trace's drawing at 0.91-0.96 s, against 0.56-0.61 s now (three draws each)."""
+    codes, _ = pd.factorize(merge_keys(events, max_bars, span))
+    groups = int(codes.max()) + 1
+    dur = events["dur"].to_numpy()
+    length = np.nan_to_num(dur, nan=-np.inf)  # an event of no length sorts last, as NaN does in `longest_first`
+    longest = _per_group(np.fmax, codes, length, groups)
+    at = np.flatnonzero(length == longest[codes])  # each group's longest events, in order
+    first = np.full(groups, len(codes))
+    np.minimum.at(first, codes[at], at)  # the first of them
+    bars = pd.DataFrame({column: events[column].array.take(first) for column in ("name", "cat")})
+    bars["ts"] = _per_group(np.fmin, codes, events["ts"].to_numpy(), groups)  # NaN skipped, as pandas' min does
+    bars["end"] = _per_group(np.fmax, codes, events["end"].to_numpy(), groups)
+    bars["dur"] = np.bincount(codes, weights=np.nan_to_num(dur), minlength=groups)
+    bars["merged"] = np.bincount(codes, minlength=groups)
+    for column in ("lane", "depth", "origin"):  # one lane and depth per key
+        bars[column] = events[column].to_numpy()[first]
+    return bars.iloc[np.lexsort((first, -longest))].reset_index(drop=True)
+
+
+def _per_group(reduce: np.ufunc, codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """`reduce` (np.fmin, np.fmax) of `values` per code, NaN where a group holds only NaN."""
+    out = np.full(groups, np.nan)
+    reduce.at(out, codes, values)
+    return out
 
 
 def merge_keys(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | None = None) -> np.ndarray:

@@ -89,18 +89,6 @@ def _hover(row: Any, scale: float, full: bool) -> str:
     return hover
 
 
-def longest_first(columns: dict[str, pd.Series]) -> pd.DataFrame:
-    """The frame of these columns sorted by `dur`, longest first, in the order `sort_values("dur",
-    ascending=False)` gives; `columns` is emptied.
-
-    Sorted a column at a time, each unsorted column let go as its sorted copy is made: sorting the frame
-    whole held two copies of every column of millions of events, the peak of a big trace's drawing."""
-    order = columns["dur"].reset_index(drop=True).sort_values(ascending=False).index.to_numpy()
-    index = columns["dur"].index[order]
-    out = {name: columns.pop(name).array.take(order) for name in list(columns)}
-    return pd.DataFrame(out, index=index, copy=False)
-
-
 def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
     """CPU and GPU lanes, colour by category, the first forward (and its GPU work) in view at first.
 
@@ -116,11 +104,7 @@ def timeline(analysis: Analysis, max_bars: int = MAX_BARS) -> go.Figure:
     t0 = float(ev["ts"].min())
     ev, lanes = assign_lanes(trace, ev)
     base_row, rows = lane_rows(lanes.rows)
-    # Draw the longest first: with a bar budget, long bars are what a reader needs to see. The lane ids are
-    # left behind (`lane` and `origin` stand for them), and the frame is handed over a column at a time.
-    columns = dict(ev.drop(columns=["pid", "tid"]).items())
-    del ev
-    ev = longest_first(columns)
+    ev = ev.drop(columns=["pid", "tid"])  # `lane` and `origin` stand for them
     focus = focus_range(analysis)
     drawn, merged = merge(ev, max_bars, focus)
     drawn = drawn.assign(y=base_row[drawn["lane"].to_numpy()] + drawn["depth"].to_numpy())

@@ -5,7 +5,6 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -205,17 +204,3 @@ def test_the_timeline_legend_never_covers_the_title_on_a_phone(tmp_path):
                 view.close()
         finally:
             browser.close()
-
-
-@pytest.mark.parametrize(
-    "path", [DATA / "sampled_training_rank0.json.gz", *sorted((DATA / "gpu").glob("*.json.gz"))[:2]]
-)
-def test_longest_first_sorts_as_sort_values_does_ties_included(path):
-    from profiling.charts.timeline import longest_first
-    from profiling.lanes import timed_events
-
-    ev = timed_events(load_trace(path), 0).assign(lane=np.int32(1))  # the columns the timeline sorts
-    assert ev["dur"].duplicated().sum() > len(ev) // 4  # ties decide the order of many rows
-    columns = dict(ev.items())
-    pd.testing.assert_frame_equal(longest_first(columns), ev.sort_values("dur", ascending=False))
-    assert not columns  # handed over: nothing of the unsorted frame is kept here

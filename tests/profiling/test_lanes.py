@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import profiling.reader as reader
@@ -297,3 +299,78 @@ def test_merge_keys_at_the_budgets_edge_and_past_the_counted_keys():
     assert merge_keys(five.head(4), 4, (0.0, 4.0)).tolist() == [0, 1, 2, 4]
     # A budget of 2**40 would count keys up to 2**48 by presence: sorted instead, in the memory of the events.
     assert merge_keys(five, 2**40).tolist() == _keys_by_sorting(five, 2**40)
+
+
+def _bars_by_a_plain_loop(events, keys) -> list[tuple]:
+    """The merged bars by a loop over the events: per key the first of its longest events names and places the bar,
+    ts the least, end the most, dur the sum (NaN counting 0), then the bars longest first, ties in event order."""
+    bars: dict[int, list] = {}
+    for row, (key, event) in enumerate(zip(keys, events.itertuples(index=False), strict=True)):
+        length = -math.inf if math.isnan(event.dur) else event.dur
+        bar = bars.setdefault(key, [length, row, event, event.ts, event.end, 0.0, 0])
+        if length > bar[0]:
+            bar[0], bar[1], bar[2] = length, row, event
+        bar[3], bar[4] = min(bar[3], event.ts), max(bar[4], event.end)
+        bar[5] += 0.0 if math.isnan(event.dur) else event.dur
+        bar[6] += 1
+    ordered = sorted(bars.values(), key=lambda bar: (-bar[0], bar[1]))
+    return [
+        (str(e.name), str(e.cat), ts, end, total, count, int(e.lane), int(e.depth), int(e.origin))
+        for _, _, e, ts, end, total, count in ordered
+    ]
+
+
+def _drawn_events(path: Path):
+    from profiling.lanes import assign_lanes, timed_events
+
+    trace = load_trace(path)
+    events, _ = assign_lanes(trace, timed_events(trace, 0))
+    return events.drop(columns=["pid", "tid"])
+
+
+@pytest.mark.parametrize("path", [DATA / "sampled_training_rank0.json.gz", *GPU_TRACES[:3]], ids=lambda p: p.name)
+@pytest.mark.parametrize("max_bars", [1, 7, 300, 3000])
+def test_merged_bars_are_the_plain_loops(path, max_bars):
+    from profiling.lanes import _merged, merge_keys
+
+    events = _drawn_events(path)
+    assert events["dur"].duplicated().sum() > len(events) // 4  # ties decide which event names many bars
+    span = None if max_bars % 2 else (float(events["ts"].quantile(0.3)), float(events["end"].quantile(0.6)))
+    bars = _merged(events, max_bars, span)
+    want = _bars_by_a_plain_loop(events, merge_keys(events, max_bars, span).tolist())
+    assert len(bars) == len(want)
+    got = [
+        (str(b.name), str(b.cat), b.ts, b.end, b.dur, b.merged, b.lane, b.depth, b.origin)
+        for b in bars.itertuples(index=False)
+    ]
+    for have, expected in zip(got, want, strict=True):
+        assert have[:4] == expected[:4] and have[5:] == expected[5:]
+        assert have[4] == pytest.approx(expected[4], rel=1e-12)
+
+
+def test_the_bars_are_those_of_a_stable_sort_longest_first_and_unmerged_events_come_in_that_order():
+    from profiling.lanes import merge
+
+    events = pd.DataFrame(
+        {
+            "name": ["a", "b", "c", "d", "e", "f"],
+            "cat": "kernel",
+            "ts": [0.0, 1.0, 2.0, 3.0, 50.0, 51.0],
+            "dur": [2.0, 5.0, 5.0, float("nan"), 1.0, 1.0],
+            "lane": 0,
+            "depth": 0,
+            "origin": [3, 4, 5, 6, 7, 8],
+        }
+    )
+    events["end"] = events["ts"] + events["dur"].fillna(0)
+    whole, none_merged = merge(events, 6)
+    assert none_merged == 0 and whole["name"].tolist() == ["b", "c", "a", "e", "f", "d"]  # ties in order, NaN last
+    many = pd.DataFrame({"name": [f"e{i}" for i in range(200)], "ts": 0.0, "dur": [float(i % 3) for i in range(200)]})
+    drawn, _ = merge(many.assign(end=many["dur"]), 200)  # past 16 rows numpy's default sort leaves ties in no order
+    assert drawn["name"].tolist() == [f"e{i}" for i in sorted(range(200), key=lambda i: (-(i % 3), i))]
+    bars, merged = merge(events, 2)  # two buckets of the span: [0, 26) and [26, 52]
+    assert merged == 4
+    assert bars[["name", "ts", "end", "dur", "merged", "origin"]].values.tolist() == [
+        ["b", 0.0, 7.0, 12.0, 4, 4],  # b and c last 5: the first names the bar; d's NaN adds nothing
+        ["e", 50.0, 52.0, 2.0, 2, 7],
+    ]
