@@ -143,6 +143,35 @@ def test_parse_scale_markdown_tables_and_verdict():
     assert "not judged" in verdict(Size(4, 19_420, 6 * mib, mib, {"analysis": _figures(1.0, 10.0, 20.0)}))
 
 
+def test_parse_scale_judges_the_median_run_and_the_largest_peak_and_shows_every_run():
+    from bench.parse_scale import Size, route_cells, typical, verdict
+
+    gib, mib = 1024**3, 1024**2
+    runs = [_figures(10.4, 100.0, 1600.0), _figures(9.1, 100.0, 1660.0), _figures(9.6, 100.0, 1620.0)]
+    median = typical(runs)
+    assert median["seconds"] == 9.6 and median["runs_s"] == [10.4, 9.1, 9.6]
+    assert median["runs_peak_mib"] == [1500.0, 1560.0, 1520.0]
+    assert typical(runs[:2])["seconds"] == 9.1  # the lower of two
+    assert typical([runs[0]]) == runs[0]  # one run: as it was measured
+    assert typical([runs[0], "killed past 300 s", runs[1]]) == "killed past 300 s"
+    worker, _ = verdict(Size(400, 3_000_000, gib, 100 * mib, {"server": median})).splitlines()
+    # 9.6 s is the median of 9.1-10.4; the peak judged is the largest, 1,560 MiB = 1.52x of 1 GiB (1,024 MiB).
+    assert worker.endswith(
+        "end to end 9.6 s, the median of 3 runs (9.1-10.4 s) (<= 10 s: PASS); "
+        "peak 1,560 MiB = 1.52x the JSON at most (<= 1.5x: FAIL)"
+    )
+    note = route_cells("server", median, gib)[-1]
+    assert note == "median of 3 runs: 10.40, 9.10, 9.60 s, peaks 1.46-1.52x"
+
+
+def test_parse_scale_refuses_repeats_below_one():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "bench/parse_scale.py", "--repeats", "0"], capture_output=True, text=True)
+    assert run.returncode == 2 and "--repeats: at least 1, got 0" in run.stderr
+
+
 _PARENT = """
 import subprocess, sys, time, json
 touch = "b = bytearray(%d); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(%s)"  # every page resident
