@@ -157,7 +157,7 @@ def _merged(events: pd.DataFrame, max_bars: int, span: tuple[float, float] | Non
     durations summed, and the bars in the order of their longest events in `longest_first`.
 
     Grouped as the events stand, with numpy's reductions per group: sorting 3.2M events longest first and grouping
-    them after held a 1 GiB trace's drawing at 0.92-1.02 s, against 0.56-0.65 s now (six draws each)."""
+    them after held a 1 GiB trace's drawing at 0.91-1.02 s, against 0.56-0.65 s now (six draws each)."""
     codes, _ = pd.factorize(merge_keys(events, max_bars, span))
     groups = int(codes.max()) + 1
     dur = events["dur"].to_numpy()
