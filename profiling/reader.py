@@ -188,16 +188,18 @@ def native_wanted(json_bytes: int) -> bool:
 
 
 def _file_json_bytes(path: Path) -> int:
-    """The JSON a trace file holds, as its size and a gzip's trailer tell it (0 where they cannot)."""
+    """The JSON a trace file holds, as its size and a gzip's trailer tell it (0 where they cannot).
+
+    A pipe or a device is not opened here: the read opens it, once. Opened here first, a pipe's writer saw its
+    reader close, and the read's own open then waited for a writer that had gone (the test of a pipe hung)."""
     try:
+        info = path.stat()
+        if info.st_size < 4 or not stat.S_ISREG(info.st_mode):
+            return 0
         with path.open("rb") as f:
-            info = os.fstat(f.fileno())
-            size = info.st_size
-            if size < 4 or not stat.S_ISREG(info.st_mode):
-                return 0
             head = f.read(2)
-            f.seek(size - 4)
-            return _json_bytes(head, f.read(4), size)
+            f.seek(info.st_size - 4)
+            return _json_bytes(head, f.read(4), info.st_size)
     except OSError:
         return 0
 

@@ -395,6 +395,39 @@ def test_a_pipe_is_counted_as_it_arrives(tmp_path):
         writer.join(timeout=10)
 
 
+def test_a_pipe_is_opened_once(tmp_path, monkeypatch):
+    """A pipe is read by the one open of the read: opened before to size it, its writer's trace could go to a
+    reader that closed without reading, and the read's own open then waited for a writer that had gone."""
+    fifo = tmp_path / "once.json"
+    os.mkfifo(fifo)
+    opened: list[Path] = []
+    real_open = Path.open
+
+    def counted(self: Path, *args, **kwargs):
+        opened.append(self)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", counted)
+    trace = b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}]}'
+
+    def write_and_close() -> None:
+        fd = os.open(fifo, os.O_WRONLY)
+        os.write(fd, trace)
+        os.close(fd)
+
+    writer = threading.Thread(target=write_and_close, daemon=True)
+    writer.start()
+    read: list = []
+    reader_thread = threading.Thread(target=lambda: read.append(load_trace(fifo)), daemon=True)
+    reader_thread.start()
+    reader_thread.join(timeout=30)
+    if reader_thread.is_alive():  # waiting on a second open: a writer that opens and closes lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader_thread.join(timeout=10)
+    assert opened.count(fifo) == 1
+    assert read and read[0].events["name"].tolist() == ["k"]
+
+
 def test_a_directory_is_not_a_trace(tmp_path):
     with pytest.raises(TraceError, match=f"cannot read {tmp_path.name}: Is a directory"):
         load_trace(tmp_path)
