@@ -59,9 +59,11 @@ def _number(value: Any) -> float:
     return float(value) if ok else math.nan
 
 
-def _time(value: Any) -> float:
+def _time(value: Any, base: int = 0) -> float:
+    """A time as the reader reads it, relative to `base`: NaN where it lies past 1e17 µs (3,000 years: junk) as the
+    file wrote it, i.e. from 0, not from the base (a time 1e17 before a base of 7e16 is 3e16 as written)."""
     number = _number(value)
-    return number if abs(number) <= 1e17 else math.nan  # 3,000 years of microseconds: junk beyond
+    return number if abs(number + base) <= 1e17 else math.nan
 
 
 def _text(value: Any) -> str:
@@ -152,7 +154,7 @@ def reference_rows(document: Any, text: str | bytes | None = None) -> tuple[list
             skipped += 1
             continue
         ph, name, ts, dur = _text(event.get("ph")), _name(event.get("name")), event.get("ts"), event.get("dur")
-        ts, dur = _time(ts), _time(dur) if ph == "X" else 0.0
+        ts, dur = _time(ts, base), _time(dur) if ph == "X" else 0.0
         usable = ph == "M" or (not math.isnan(ts) and (ph != "X" or (dur >= 0 and name != "")))
         if not usable:
             skipped += 1
@@ -393,6 +395,22 @@ def test_a_pipe_is_counted_as_it_arrives(tmp_path):
     finally:
         stop.set()
         writer.join(timeout=10)
+
+
+def test_a_time_is_junk_past_1e17_us_as_written_not_as_rebased():
+    """A base near 6.7e16 µs (the first time, with an exponent), and an instant 3.3e16 µs before the epoch: within
+    the range as written, 1.0e17 before the base. It is kept, at its time relative to the base (the fuzzer found
+    the reference and the reader judging these two ways)."""
+    first = {"ph": "X", "cat": "kernel", "name": "k", "ts": 6.746172698044158e16, "dur": 1}
+    early = {"ph": "i", "cat": "kernel", "name": "i", "ts": -3.253927301955843e16}
+    late = {"ph": "i", "cat": "kernel", "name": "j", "ts": 1.000000001e17}  # past the range as written: junk
+    document = {"traceEvents": [first, early, late]}
+    trace = parse_trace(json.dumps(document).encode())
+    expected, skipped = reference_rows(document)
+    base = trace.ts_base_us
+    assert base == 67_461_726_980_441_580 - 10**12 and skipped == trace.skipped == 1  # from the text, exactly
+    assert trace.events["name"].tolist() == [row["name"] for row in expected] == ["k", "i"]
+    assert trace.events["ts"].iloc[1] == pytest.approx(-3.253927301955843e16 - base, rel=1e-15)
 
 
 def test_a_pipe_is_opened_once(tmp_path, monkeypatch):
